@@ -1,0 +1,3 @@
+module github.com/ferrymsg/ferry
+
+go 1.26

@@ -1,0 +1,172 @@
+// Package msg is ferry's message model: Ceph's Message with its header,
+// footer and three payload segments, entity names and addresses, and
+// priorities. It knows nothing of connections or wire protocols beyond the
+// Ceph encodings of its own types.
+package msg
+
+import (
+	"hash/crc32"
+	"time"
+)
+
+// Priority orders messages on a connection's out queue and in the
+// dispatch queue; higher is more urgent. Ceph's values (CEPH_MSG_PRIO_*).
+type Priority uint16
+
+// Message priorities.
+const (
+	PrioLow     Priority = 64
+	PrioDefault Priority = 127
+	PrioHigh    Priority = 196
+	PrioHighest Priority = 255
+)
+
+// Footer flags (CEPH_MSG_FOOTER_*). Wire constants; append only.
+const (
+	FooterComplete uint8 = 1 << 0 // the message was sent whole
+	FooterNoCRC    uint8 = 1 << 1 // the segment CRCs were not computed
+	FooterSigned   uint8 = 1 << 2 // Sig holds a signature
+)
+
+// Header is what Ceph's ceph_msg_header carries, minus the lengths and CRC
+// that the wire layer computes. msgr2 sends it as ceph_msg_header2 with the
+// sender's entity taken from the handshake; msgr1 sends it as is.
+type Header struct {
+	Seq           uint64     // per-session sequence number, assigned on send (first is 1)
+	Tid           uint64     // transaction id, chosen by the sender's upper layer
+	Type          uint16     // message type (CEPH_MSG_* or a ferry type)
+	Priority      Priority   // out-queue and dispatch priority
+	Version       uint16     // encoding version of the front payload
+	CompatVersion uint16     // oldest version that can decode it (0: unknown)
+	DataOff       uint16     // sender's offset of the data within its page (alignment hint)
+	Src           EntityName // sender, filled in on receive
+	AckSeq        uint64     // msgr2: highest sequence number the sender has received
+}
+
+// Footer is what Ceph's ceph_msg_footer carries. The CRCs are filled in on
+// receive (and on send when CRCs are on).
+type Footer struct {
+	FrontCRC  uint32
+	MiddleCRC uint32
+	DataCRC   uint32
+	Sig       uint64
+	Flags     uint8
+}
+
+// Connection is what a received message knows of the connection it came
+// from. msgr.Conn implements it; this package does not depend on msgr.
+type Connection interface {
+	// PeerName is the peer's entity name.
+	PeerName() EntityName
+	// PeerAddrs are the peer's advertised addresses.
+	PeerAddrs() AddrVec
+	// Features is the feature mask negotiated with the peer.
+	Features() uint64
+	// Send queues m for the peer.
+	Send(m *Message) error
+}
+
+// Message is one Ceph message (the seed's Message). Its payload is three
+// segments, each a list of byte slices, so that large data is sent and
+// received without being copied into one buffer.
+//
+// A Message belongs to one goroutine at a time: after Send, the sender must
+// not modify it or its buffers until the connection is done with it (for a
+// lossless session, until it is acknowledged).
+type Message struct {
+	Header Header
+	Footer Footer
+
+	Front  Buffers // "front": the encoded message body
+	Middle Buffers // "middle": rarely used
+	Data   Buffers // "data": bulk payload, alignment preserved where possible
+
+	// RecvStamp is when the messenger started reading the message.
+	RecvStamp time.Time
+	// ThrottleStamp is when the message got its receive throttle budget.
+	ThrottleStamp time.Time
+	// RecvCompleteStamp is when the message was fully read.
+	RecvCompleteStamp time.Time
+	// DispatchStamp is when the messenger started dispatching it.
+	DispatchStamp time.Time
+
+	// Conn is the connection the message arrived on (nil for a message
+	// being built for sending).
+	Conn Connection
+
+	// Release, when set by the receiver of the message, returns its
+	// buffers to a pool. A dispatcher that is done with a message may call
+	// Done; it must not touch the message afterwards.
+	Release func(*Message)
+}
+
+// Done releases the message's buffers if its producer pooled them. It is
+// optional: a message that is never released is simply garbage collected.
+func (m *Message) Done() {
+	if r := m.Release; r != nil {
+		m.Release = nil
+		r(m)
+	}
+}
+
+// New returns a message of the given type at default priority.
+func New(typ uint16) *Message {
+	return &Message{Header: Header{Type: typ, Priority: PrioDefault}}
+}
+
+// Len returns the total payload length of the three segments.
+func (m *Message) Len() int { return m.Front.Len() + m.Middle.Len() + m.Data.Len() }
+
+// Buffers is a segment held as a list of byte slices (a bufferlist).
+type Buffers [][]byte
+
+// Len returns the total length.
+func (b Buffers) Len() int {
+	n := 0
+	for _, p := range b {
+		n += len(p)
+	}
+	return n
+}
+
+// Bytes returns the contents as one slice, without copying if there is
+// only one buffer.
+func (b Buffers) Bytes() []byte {
+	switch len(b) {
+	case 0:
+		return nil
+	case 1:
+		return b[0]
+	}
+	out := make([]byte, 0, b.Len())
+	for _, p := range b {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// CopyTo copies the contents into dst, which must be at least Len bytes,
+// and returns the number of bytes copied.
+func (b Buffers) CopyTo(dst []byte) int {
+	n := 0
+	for _, p := range b {
+		n += copy(dst[n:], p)
+	}
+	return n
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C is Ceph's ceph_crc32c(seed, p): the Castagnoli CRC update without
+// the customary pre- and post-inversion.
+func CRC32C(seed uint32, p []byte) uint32 {
+	return ^crc32.Update(^seed, castagnoli, p)
+}
+
+// CRC returns ceph_crc32c over the buffers in order.
+func (b Buffers) CRC(seed uint32) uint32 {
+	for _, p := range b {
+		seed = CRC32C(seed, p)
+	}
+	return seed
+}
