@@ -98,6 +98,26 @@ type Message struct {
 	// buffers to a pool. A dispatcher that is done with a message may call
 	// Done; it must not touch the message afterwards.
 	Release func(*Message)
+
+	// segs backs Front, Middle and Data when each is a single buffer, so
+	// that a received message costs one allocation, not four.
+	segs [3][]byte
+}
+
+// SetSegments sets Front, Middle and Data to the given single buffers
+// (an empty one gives an empty segment) without allocating.
+func (m *Message) SetSegments(front, middle, data []byte) {
+	m.segs = [3][]byte{front, middle, data}
+	m.Front, m.Middle, m.Data = nil, nil, nil
+	if len(front) > 0 {
+		m.Front = m.segs[0:1:1]
+	}
+	if len(middle) > 0 {
+		m.Middle = m.segs[1:2:2]
+	}
+	if len(data) > 0 {
+		m.Data = m.segs[2:3:3]
+	}
 }
 
 // Done releases the message's buffers if its producer pooled them. It is

@@ -1,0 +1,39 @@
+# The project's checks. `make test` is what CI runs (.ci/run).
+#
+#   make test                      everything: deps, vet, gofmt, tests, fuzz
+#   make test PKGS='./ceph/... ./internal/...'   the same on some packages
+#   make unit                      just the tests
+#   make fuzz FUZZTIME=30s         longer fuzzing
+
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 5s
+FUZZBUDGET ?= 100
+TIMEOUT  ?= 20m
+
+# Directories for gofmt and fuzz discovery: "./x/..." -> "./x", "./..." -> ".".
+DIRS := $(patsubst %/...,%,$(PKGS))
+DIRS := $(patsubst ...,.,$(DIRS))
+
+.PHONY: test deps vet fmt unit fuzz
+
+# The steps of test run in order even under make -j.
+.NOTPARALLEL:
+
+test: deps vet fmt unit fuzz
+
+deps:
+	scripts/install-deps.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	@out=$$(gofmt -l $(DIRS)); \
+	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
+
+unit:
+	FERRY_REQUIRE_CEPH=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZBUDGET=$(FUZZBUDGET) scripts/fuzz.sh $(DIRS)

@@ -1,0 +1,191 @@
+// Command ferry is a tool for ferry's messenger: it serves and sends Ceph
+// pings (the simple_server and simple_client of Ceph's messenger tests) and
+// measures the messenger in-process.
+//
+// Usage:
+//
+//	ferry serve [--listen ADDR] [--name TYPE.ID] [--verbose]
+//	ferry ping [--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR
+//	ferry selftest [--count N] [--json]
+//	ferry help [COMMAND]
+//
+// Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // runtime error
+	exitUsage = 2 // bad command line
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	usage   string // arguments after the name
+	run     func(ctx context.Context, env *env, args []string) int
+}
+
+// env is what a subcommand writes to.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+	// stderrTTY says whether stderr is a terminal (progress display).
+	stderrTTY bool
+}
+
+// commands is set in init: the runners refer to it through newFlagSet.
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "serve", summary: "answer Ceph pings like a mon (simple_server)", usage: "[--listen ADDR] [--name TYPE.ID] [--fsid UUID] [--verbose]", run: runServe},
+		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR", run: runPing},
+		{name: "selftest", summary: "ping an in-process server over loopback TCP at several sizes", usage: "[--count N] [--json] [--timeout D]", run: runSelftest},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
+	code := run(ctx, e, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit code. ctx is cancelled on SIGINT or SIGTERM.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			usage(e.stdout)
+			return exitOK
+		}
+		c := lookup(rest[0])
+		if c == nil {
+			fmt.Fprintf(e.stderr, "ferry: unknown command %q\n", rest[0])
+			usage(e.stderr)
+			return exitUsage
+		}
+		return c.run(ctx, e, []string{"-h"})
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(e.stderr, "ferry: unknown command %q\n", name)
+		usage(e.stderr)
+		return exitUsage
+	}
+	return c.run(ctx, e, rest)
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: ferry COMMAND [FLAGS] [ARGS]\n\nCommands:\n")
+	cs := append([]*command(nil), commands...)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-9s %s\n", "help", "show this list, or a command's flags (ferry help COMMAND)")
+	fmt.Fprintf(w, "\nExit status: 0 success, 1 runtime error, 2 usage error.\n")
+}
+
+// newFlagSet returns a FlagSet for c that reports errors to e.stderr and
+// prints help to e.stdout.
+func newFlagSet(e *env, c string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ferry "+c, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	cmd := lookup(c)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: ferry %s %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.usage, capitalize(cmd.summary))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// parseFlags parses args with fs, allowing flags after positional
+// arguments ("ferry ping ADDR --count 5"). It returns the positional
+// arguments, or an exit code (and ok false) when parsing stopped: 0 for
+// -h, 2 for a bad flag.
+func parseFlags(e *env, fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				// Help was asked for: print it on stdout, not as an error.
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		// A "--" terminator makes everything after it positional.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports a bad command line and returns exitUsage.
+func usageError(e *env, fs *flag.FlagSet, format string, a ...any) int {
+	fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(e.stderr, "Run 'ferry help %s' for usage.\n", strings.TrimPrefix(fs.Name(), "ferry "))
+	return exitUsage
+}
+
+// newLogger returns a text logger on e.stderr at Info, or Debug when
+// verbose is set.
+func newLogger(e *env, verbose bool) *slog.Logger {
+	lvl := slog.LevelInfo
+	if verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

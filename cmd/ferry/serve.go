@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/ferrymsg/ferry/ceph"
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+)
+
+// defaultListen is where `ferry serve` listens by default: a mon's msgr2
+// port on loopback, so that `ceph ping mon.a` with mon_host = 127.0.0.1
+// finds it.
+const defaultListen = "v2:127.0.0.1:3300/0"
+
+// runServe is `ferry serve`: Ceph's simple_server, answering pings as a
+// mon does.
+func runServe(ctx context.Context, e *env, args []string) int {
+	fs := newFlagSet(e, "serve")
+	listen := fs.String("listen", defaultListen, "address to listen on: v2:IP:PORT/NONCE or tcp://IP:PORT (port 0 picks a free port)")
+	name := fs.String("name", "mon.a", "entity to serve as, TYPE.ID; a mon's ID is its name and its number is its rank (0 unless the ID is a number)")
+	fsidFlag := fs.String("fsid", "", "cluster fsid reported in the ping status (default: random)")
+	verbose := fs.Bool("verbose", false, "log debug messages")
+	pos, code, ok := parseFlags(e, fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(e, fs, "unexpected arguments %q", pos)
+	}
+	ident, id, err := parseIdentity(*name)
+	if err != nil {
+		return usageError(e, fs, "--name: %v", err)
+	}
+	var fsid ceph.FSID
+	if *fsidFlag != "" {
+		if fsid, err = ceph.ParseFSID(*fsidFlag); err != nil {
+			return usageError(e, fs, "--fsid: %v", err)
+		}
+	} else {
+		fsid = randomFSID()
+	}
+	log := newLogger(e, *verbose)
+	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log})
+	if err != nil {
+		log.Error("cannot serve", "err", err)
+		return exitError
+	}
+	// The first line of stdout is the contract with scripts and tests.
+	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
+	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
+	log.Info("serving pings", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String())
+	<-ctx.Done()
+	log.Info("shutting down", "pings_answered", srv.Pings())
+	srv.Close()
+	return exitOK
+}
+
+// parseIdentity parses --name: TYPE.ID where ID is a number, or for a mon
+// also a name (Ceph names mons and numbers them by rank; ferry serves as
+// rank 0). It returns the entity name and the ID as given.
+func parseIdentity(s string) (msg.EntityName, string, error) {
+	ts, id, found := strings.Cut(s, ".")
+	if !found || id == "" {
+		return msg.EntityName{}, "", fmt.Errorf("%q is not TYPE.ID (for example mon.a or osd.0)", s)
+	}
+	t, err := msg.ParseEntityType(ts)
+	if err != nil || t == msg.EntityAny {
+		return msg.EntityName{}, "", fmt.Errorf("unknown entity type %q", ts)
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	switch {
+	case err != nil && t == msg.EntityMon:
+		n = 0
+	case err != nil:
+		return msg.EntityName{}, "", fmt.Errorf("ID %q of a %s must be a number", id, ts)
+	case n < 0:
+		return msg.EntityName{}, "", fmt.Errorf("ID %q must not be negative", id)
+	}
+	return msg.EntityName{Type: t, Num: n}, id, nil
+}
+
+func randomFSID() ceph.FSID {
+	var f ceph.FSID
+	_, _ = crand.Read(f[:])
+	f[6] = f[6]&0x0f | 0x40 // UUID version 4
+	f[8] = f[8]&0x3f | 0x80 // RFC 4122 variant
+	return f
+}
+
+// serverConfig configures a ping server.
+type serverConfig struct {
+	Listen string
+	Name   msg.EntityName
+	ID     string // the name's ID as given ("a" for mon.a)
+	FSID   ceph.FSID
+	Logger *slog.Logger
+}
+
+// server answers every MPing with an MPing whose front is a mon-like JSON
+// status and whose data segment is the request's (the same buffers, not a
+// copy).
+type server struct {
+	m     *msgr.Messenger
+	log   *slog.Logger
+	addr  string
+	reply *msg.Message // template: header and front shared by all replies
+	pings atomic.Uint64
+}
+
+// startServer binds, builds the status and starts the messenger.
+func startServer(cfg serverConfig) (*server, error) {
+	m, err := msgr.New(msgr.Config{
+		Name:      cfg.Name,
+		ZeroNonce: cfg.Name.Type == msg.EntityMon, // mons use nonce 0
+		Logger:    cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.SetDefaultPolicy(msgr.StatelessServer())
+	s := &server{m: m, log: cfg.Logger}
+	if err := m.Bind(cfg.Listen); err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	var ea msg.EntityAddr
+	for _, a := range m.Addrs() {
+		if !a.IsZero() {
+			ea = a
+			break
+		}
+	}
+	switch {
+	case !ea.IsZero():
+		s.addr = ea.String()
+	case len(m.ListenAddrs()) > 0:
+		s.addr = m.ListenAddrs()[0]
+	}
+	status, err := monStatus(cfg, ea)
+	if err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	s.reply = ceph.PingReply(status)
+	m.AddDispatcherTail(s)
+	if err := m.Start(); err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr returns the bound address in Ceph's form ("v2:127.0.0.1:41234/0"),
+// or the transport URI for a non-IP transport.
+func (s *server) Addr() string { return s.addr }
+
+// Pings returns the number of pings answered.
+func (s *server) Pings() uint64 { return s.pings.Load() }
+
+// Close shuts the messenger down and waits for its goroutines.
+func (s *server) Close() { s.m.Shutdown() }
+
+// Dispatch answers MPing; it implements msgr.Dispatcher.
+func (s *server) Dispatch(m *msg.Message) bool {
+	if m.Header.Type != ceph.MsgPing {
+		return false
+	}
+	s.answer(m)
+	return true
+}
+
+// CanFastDispatch takes MPing on the reader goroutine: answering only
+// queues the reply, so it never blocks (msgr.FastDispatcher).
+func (s *server) CanFastDispatch(m *msg.Message) bool { return m.Header.Type == ceph.MsgPing }
+
+// FastDispatch answers an MPing inline.
+func (s *server) FastDispatch(m *msg.Message) { s.answer(m) }
+
+func (s *server) answer(req *msg.Message) {
+	if req.Conn == nil {
+		return
+	}
+	r := &msg.Message{Header: s.reply.Header, Front: s.reply.Front}
+	r.Header.Tid = req.Header.Tid
+	r.Header.DataOff = req.Header.DataOff
+	// The request's buffers go back out as they are; nothing writes to
+	// them, and the request is not released (its buffers are not pooled
+	// back while the reply may still reference them).
+	r.Data = req.Data
+	if err := req.Conn.Send(r); err != nil {
+		s.log.Debug("ping reply not sent", "peer", req.Header.Src.String(), "tid", req.Header.Tid, "err", err)
+		return
+	}
+	s.pings.Add(1)
+}
+
+// monStatus returns the JSON a mon puts in its ping reply
+// (Monitor::handle_ping: {"health": ..., "mon_status": ...}, pretty
+// printed), for a one-mon cluster led by this entity, with "ferry": true
+// so tools can tell it from a real mon.
+func monStatus(cfg serverConfig, addr msg.EntityAddr) ([]byte, error) {
+	type addrJSON struct {
+		Type  string `json:"type"`
+		Addr  string `json:"addr"`
+		Nonce uint32 `json:"nonce"`
+	}
+	type monJSON struct {
+		Rank        int64               `json:"rank"`
+		Name        string              `json:"name"`
+		PublicAddrs map[string]any      `json:"public_addrs"`
+		Addr        string              `json:"addr"`
+		PublicAddr  string              `json:"public_addr"`
+		Priority    int                 `json:"priority"`
+		Weight      int                 `json:"weight"`
+		CrushLoc    map[string]struct{} `json:"crush_location"`
+	}
+	addrs := []addrJSON{}
+	legacy := "0.0.0.0:0/0"
+	if !addr.IsZero() {
+		addrs = append(addrs, addrJSON{Type: "v2", Addr: addr.IP.String(), Nonce: addr.Nonce})
+		legacy = addr.IP.String() + "/" + strconv.FormatUint(uint64(addr.Nonce), 10)
+	}
+	v := struct {
+		Health struct {
+			Status string         `json:"status"`
+			Checks map[string]any `json:"checks"`
+			Mutes  []any          `json:"mutes"`
+		} `json:"health"`
+		MonStatus struct {
+			Name            string   `json:"name"`
+			Rank            int64    `json:"rank"`
+			State           string   `json:"state"`
+			ElectionEpoch   int      `json:"election_epoch"`
+			Quorum          []int64  `json:"quorum"`
+			OutsideQuorum   []string `json:"outside_quorum"`
+			ExtraProbePeers []any    `json:"extra_probe_peers"`
+			SyncProvider    []any    `json:"sync_provider"`
+			Monmap          struct {
+				Epoch int       `json:"epoch"`
+				FSID  string    `json:"fsid"`
+				Mons  []monJSON `json:"mons"`
+			} `json:"monmap"`
+			Ferry  bool   `json:"ferry"`
+			Entity string `json:"entity"`
+		} `json:"mon_status"`
+	}{}
+	v.Health.Status = "HEALTH_OK"
+	v.Health.Checks = map[string]any{}
+	v.Health.Mutes = []any{}
+	ms := &v.MonStatus
+	ms.Name = cfg.ID
+	ms.Rank = cfg.Name.Num
+	ms.State = "leader"
+	ms.ElectionEpoch = 1
+	ms.Quorum = []int64{cfg.Name.Num}
+	ms.OutsideQuorum = []string{}
+	ms.ExtraProbePeers = []any{}
+	ms.SyncProvider = []any{}
+	ms.Monmap.Epoch = 1
+	ms.Monmap.FSID = cfg.FSID.String()
+	ms.Monmap.Mons = []monJSON{{
+		Rank:        cfg.Name.Num,
+		Name:        cfg.ID,
+		PublicAddrs: map[string]any{"addrvec": addrs},
+		Addr:        legacy,
+		PublicAddr:  legacy,
+		CrushLoc:    map[string]struct{}{},
+	}}
+	ms.Ferry = true
+	ms.Entity = cfg.Name.String()
+	// Ceph's JSONFormatter(true) indents by four spaces.
+	return json.MarshalIndent(v, "", "    ")
+}
+
+// defaultIdentity is the entity `ferry serve` is by default: mon.a, rank 0.
+func defaultIdentity() msg.EntityName { return msg.EntityName{Type: msg.EntityMon, Num: 0} }

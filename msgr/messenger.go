@@ -1,0 +1,554 @@
+// Package msgr is ferry's messenger: Ceph's Messenger in Go. A Messenger
+// owns the connections of one entity, speaks msgr2.1 on each, orders
+// outgoing messages by priority, assigns sequence numbers, throttles and
+// dispatches what it receives, and keeps connections alive.
+//
+//	m, _ := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient, Num: msg.NewID}})
+//	m.SetDefaultPolicy(msgr.LossyClient())
+//	m.AddDispatcherTail(msgr.DispatcherFunc(func(r *msg.Message) bool { ...; return true }))
+//	m.Start()
+//	c, _ := m.Connect("v2:127.0.0.1:3300/0")
+//	c.Send(ceph.NewPing())
+//
+// The protocol itself lives in msgr/msgr2 as a pure state machine; this
+// package moves bytes and time around it. Each connection has one reader
+// and one writer goroutine; the messenger has one dispatch goroutine and
+// one timer goroutine.
+package msgr
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// Messenger is one entity's endpoint: it listens (optionally), connects to
+// peers and dispatches what they send. All methods are safe for concurrent
+// use.
+type Messenger struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the messenger starts
+
+	mu            sync.Mutex
+	started       bool
+	stopped       bool
+	defaultPolicy Policy
+	policies      map[msg.EntityType]Policy
+	listeners     []transport.Listener
+	myAddrs       msg.AddrVec
+	conns         map[*Conn]struct{}
+	outgoing      map[string]*Conn // by dial address
+	registered    map[string]*Conn // incoming, by peer address (RegisterLossyClients)
+	stoppedCh     chan struct{}
+
+	dispatchers atomic.Pointer[[]Dispatcher]
+
+	nextConnID atomic.Uint64
+	globalSeq  atomic.Uint64
+	globalID   atomic.Uint64
+
+	dq       *DispatchQueue[dispatchItem]
+	dispatch *Throttle // dispatch-bytes throttle
+}
+
+// New creates a messenger (Ceph's Messenger::create). It does nothing on
+// the network until Bind or Start.
+func New(cfg Config) (*Messenger, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	if c.Nonce == 0 && !c.ZeroNonce {
+		var b [4]byte
+		_, _ = crand.Read(b[:])
+		c.Nonce = binary.LittleEndian.Uint32(b[:]) | 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Messenger{
+		cfg:           c,
+		log:           c.Logger.With("entity", c.Name.String()),
+		ctx:           ctx,
+		cancel:        cancel,
+		defaultPolicy: LossyClient(),
+		policies:      make(map[msg.EntityType]Policy),
+		conns:         make(map[*Conn]struct{}),
+		outgoing:      make(map[string]*Conn),
+		registered:    make(map[string]*Conn),
+		stoppedCh:     make(chan struct{}),
+		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
+		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
+	}
+	m.globalID.Store(4096)
+	empty := []Dispatcher{}
+	m.dispatchers.Store(&empty)
+	return m, nil
+}
+
+// Name returns this entity's name.
+func (m *Messenger) Name() msg.EntityName { return m.cfg.Name }
+
+// Nonce returns the messenger's nonce.
+func (m *Messenger) Nonce() uint32 { return m.cfg.Nonce }
+
+// SetDefaultPolicy sets the policy for peer types without their own.
+func (m *Messenger) SetDefaultPolicy(p Policy) {
+	m.mu.Lock()
+	m.defaultPolicy = p
+	m.mu.Unlock()
+}
+
+// SetPolicy sets the policy for one peer type.
+func (m *Messenger) SetPolicy(t msg.EntityType, p Policy) {
+	m.mu.Lock()
+	m.policies[t] = p
+	m.mu.Unlock()
+}
+
+// Policy returns the policy that applies to peers of type t.
+func (m *Messenger) Policy(t msg.EntityType) Policy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.policyLocked(t)
+}
+
+func (m *Messenger) policyLocked(t msg.EntityType) Policy {
+	if p, ok := m.policies[t]; ok {
+		return p
+	}
+	return m.defaultPolicy
+}
+
+// AddDispatcherHead puts d first in the dispatcher chain.
+func (m *Messenger) AddDispatcherHead(d Dispatcher) { m.addDispatcher(d, true) }
+
+// AddDispatcherTail puts d last in the dispatcher chain.
+func (m *Messenger) AddDispatcherTail(d Dispatcher) { m.addDispatcher(d, false) }
+
+func (m *Messenger) addDispatcher(d Dispatcher, head bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.dispatchers.Load()
+	n := make([]Dispatcher, 0, len(old)+1)
+	if head {
+		n = append(n, d)
+		n = append(n, old...)
+	} else {
+		n = append(n, old...)
+		n = append(n, d)
+	}
+	m.dispatchers.Store(&n)
+}
+
+// Bind listens on addr ("v2:127.0.0.1:3300/0", "tcp://127.0.0.1:0",
+// "inproc://name", ...). It may be called more than once, before Start.
+// Port 0 picks a free port; Addrs reports what was bound.
+func (m *Messenger) Bind(addr string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return ErrShutdown
+	}
+	if m.started {
+		return ErrAlreadyStarted
+	}
+	l, err := m.cfg.Transports.Listen(m.ctx, addr)
+	if err != nil {
+		return fmt.Errorf("msgr: bind %s: %w", addr, err)
+	}
+	m.listeners = append(m.listeners, l)
+	m.myAddrs = append(m.myAddrs, m.entityAddr(l.Addr()))
+	return nil
+}
+
+// entityAddr turns a transport address into the msgr2 address this
+// messenger advertises. Non-IP transports advertise an empty address.
+func (m *Messenger) entityAddr(a transport.Addr) msg.EntityAddr {
+	ea := msg.EntityAddr{Type: msg.AddrMsgr2, Nonce: m.cfg.Nonce}
+	if ap, err := netip.ParseAddrPort(a.Host); err == nil {
+		ea.IP = ap
+	}
+	return ea
+}
+
+// Addrs returns the addresses the messenger listens on.
+func (m *Messenger) Addrs() msg.AddrVec {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append(msg.AddrVec(nil), m.myAddrs...)
+}
+
+// ListenAddrs returns the listeners' addresses as transport URIs
+// ("tcp://127.0.0.1:41234"), which Connect accepts.
+func (m *Messenger) ListenAddrs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, l := range m.listeners {
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
+// Start starts accepting on the bound addresses, the dispatch goroutine
+// and the keepalive timer.
+func (m *Messenger) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return ErrShutdown
+	}
+	if m.started {
+		return ErrAlreadyStarted
+	}
+	m.started = true
+	for _, l := range m.listeners {
+		m.wg.Add(1)
+		go m.acceptLoop(l)
+	}
+	m.wg.Add(2)
+	go m.dispatchLoop()
+	go m.timerLoop()
+	return nil
+}
+
+// Shutdown closes every connection and listener, stops the goroutines and
+// waits for them. Queued messages are dropped; no reset events are
+// delivered. It is idempotent.
+func (m *Messenger) Shutdown() {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		<-m.stoppedCh
+		return
+	}
+	m.stopped = true
+	ls := m.listeners
+	conns := make([]*Conn, 0, len(m.conns))
+	for c := range m.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+
+	m.cancel()
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	for _, c := range conns {
+		c.close(ErrShutdown, false)
+	}
+	m.dq.Close()
+	m.wg.Wait()
+	close(m.stoppedCh)
+}
+
+// Wait blocks until Shutdown has finished (Ceph's Messenger::wait).
+func (m *Messenger) Wait() { <-m.stoppedCh }
+
+// Connect returns the connection to addr, creating it if there is none
+// (Ceph's get_connection). It does not wait: the connection is set up in
+// the background, and messages sent meanwhile are queued. Use Conn.Ready
+// to wait for the handshake.
+func (m *Messenger) Connect(addr string) (*Conn, error) {
+	ta, err := transport.ParseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	key := ta.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return nil, ErrShutdown
+	}
+	if !m.started {
+		return nil, ErrNotStarted
+	}
+	if c, ok := m.outgoing[key]; ok && !c.isClosed() {
+		return c, nil
+	}
+	// The peer's type is unknown until HELLO; the default policy applies
+	// until then (Ceph too picks the policy from the expected peer type).
+	c := m.newConn(true, m.defaultPolicy)
+	c.target = ta
+	c.targetKey = key
+	m.outgoing[key] = c
+	m.wg.Add(1)
+	go c.runOutgoing()
+	return c, nil
+}
+
+// ConnectType is Connect with the expected peer type, which selects the
+// policy (Ceph's get_connection with an entity_inst).
+func (m *Messenger) ConnectType(addr string, peer msg.EntityType) (*Conn, error) {
+	c, err := m.Connect(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.state == stateConnecting && c.peerName.Type == 0 {
+		c.policy = m.Policy(peer)
+		c.peerName.Type = peer
+	}
+	c.mu.Unlock()
+	return c, nil
+}
+
+// MarkDownAll closes every connection without reset events.
+func (m *Messenger) MarkDownAll() {
+	m.mu.Lock()
+	conns := make([]*Conn, 0, len(m.conns))
+	for c := range m.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.MarkDown()
+	}
+}
+
+// Conns returns the messenger's current connections.
+func (m *Messenger) Conns() []*Conn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Conn, 0, len(m.conns))
+	for c := range m.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (m *Messenger) newConn(outgoing bool, p Policy) *Conn {
+	c := &Conn{
+		m:        m,
+		id:       m.nextConnID.Add(1),
+		outgoing: outgoing,
+		policy:   p,
+		wake:     make(chan struct{}, 1),
+		readyCh:  make(chan struct{}),
+		done:     make(chan struct{}),
+		state:    stateConnecting,
+	}
+	c.ctx, c.cancel = context.WithCancel(m.ctx)
+	c.lastRecv.Store(time.Now().UnixNano())
+	m.conns[c] = struct{}{}
+	return c
+}
+
+func (m *Messenger) removeConn(c *Conn) {
+	m.mu.Lock()
+	delete(m.conns, c)
+	if c.targetKey != "" && m.outgoing[c.targetKey] == c {
+		delete(m.outgoing, c.targetKey)
+	}
+	if c.regKey != "" && m.registered[c.regKey] == c {
+		delete(m.registered, c.regKey)
+	}
+	m.mu.Unlock()
+}
+
+func (m *Messenger) acceptLoop(l transport.Listener) {
+	defer m.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if m.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || !errors.Is(err, net.ErrClosed) {
+				// Temporary failure (EMFILE, ...): back off and retry.
+				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
+				m.log.Warn("accept failed", "err", err, "retry_in", delay)
+				select {
+				case <-time.After(delay):
+					continue
+				case <-m.ctx.Done():
+					return
+				}
+			}
+			return
+		}
+		delay = 0
+		m.mu.Lock()
+		if m.stopped {
+			m.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		c := m.newConn(false, m.defaultPolicy)
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go c.runIncoming(nc)
+	}
+}
+
+// accepted is called on the incoming connection's goroutine when the
+// client has identified itself. It applies the peer type's policy,
+// registers the connection (replacing an older lossy one from the same
+// peer) and answers SERVER_IDENT.
+func (m *Messenger) accepted(c *Conn, e *msgr2.Engine) error {
+	peer := e.Peer()
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return ErrShutdown
+	}
+	p := m.policyLocked(peer.Name.Type)
+	var old *Conn
+	if a, ok := peer.Addrs.Msgr2(); ok && (p.RegisterLossyClients || !p.Lossy) {
+		key := a.String()
+		old = m.registered[key]
+		m.registered[key] = c
+		c.regKey = key
+	}
+	m.mu.Unlock()
+	c.mu.Lock()
+	c.policy = p
+	c.mu.Unlock()
+	if old != nil && old != c {
+		// A newer connection from the same peer replaces a lossy one.
+		old.close(ErrReplaced, true)
+	}
+	return e.Accept(m.globalSeq.Add(1), 0, p.Lossy)
+}
+
+type itemKind uint8
+
+const (
+	itemMessage itemKind = iota
+	itemConnect
+	itemAccept
+	itemReset
+	itemRemoteReset
+	itemRefused
+)
+
+type dispatchItem struct {
+	kind  itemKind
+	c     *Conn
+	m     *msg.Message
+	bytes int64 // throttle budget to return after dispatch
+}
+
+func (m *Messenger) queueEvent(kind itemKind, c *Conn) {
+	m.dq.EnqueueFront(c.id, uint16(msg.PrioHighest), dispatchItem{kind: kind, c: c})
+}
+
+func (m *Messenger) dispatchLoop() {
+	defer m.wg.Done()
+	for {
+		it, err := m.dq.Dequeue(m.ctx)
+		if err != nil {
+			// Return the budget of whatever is left so nothing stays held.
+			for {
+				it, ok := m.dq.TryDequeue()
+				if !ok {
+					return
+				}
+				m.release(it)
+			}
+		}
+		m.deliver(it)
+	}
+}
+
+func (m *Messenger) deliver(it dispatchItem) {
+	ds := *m.dispatchers.Load()
+	switch it.kind {
+	case itemMessage:
+		it.m.DispatchStamp = time.Now()
+		handled := false
+		for _, d := range ds {
+			if d.Dispatch(it.m) {
+				handled = true
+				break
+			}
+		}
+		if !handled {
+			m.log.Debug("message not handled by any dispatcher", "type", it.m.Header.Type, "from", it.m.Header.Src.String())
+		}
+		m.release(it)
+	case itemConnect:
+		for _, d := range ds {
+			if h, ok := d.(ConnectHandler); ok {
+				h.HandleConnect(it.c)
+			}
+		}
+	case itemAccept:
+		for _, d := range ds {
+			if h, ok := d.(AcceptHandler); ok {
+				h.HandleAccept(it.c)
+			}
+		}
+	case itemReset:
+		for _, d := range ds {
+			if h, ok := d.(ResetHandler); ok {
+				h.HandleReset(it.c)
+			}
+		}
+	case itemRemoteReset:
+		for _, d := range ds {
+			if h, ok := d.(RemoteResetHandler); ok {
+				h.HandleRemoteReset(it.c)
+			}
+		}
+	case itemRefused:
+		for _, d := range ds {
+			if h, ok := d.(RefusedHandler); ok {
+				h.HandleRefused(it.c)
+			}
+		}
+	}
+}
+
+// release returns a dispatched message's throttle budget.
+func (m *Messenger) release(it dispatchItem) {
+	if it.kind != itemMessage {
+		return
+	}
+	m.dispatch.Put(it.bytes)
+	it.c.policy.ThrottleBytes.Put(it.bytes)
+	it.c.policy.ThrottleMessages.Put(1)
+}
+
+// timerLoop sends keepalives and faults silent connections.
+func (m *Messenger) timerLoop() {
+	defer m.wg.Done()
+	iv, to := m.cfg.KeepaliveInterval, m.cfg.KeepaliveTimeout
+	tick := time.Second
+	if iv > 0 {
+		tick = min(tick, iv/2)
+	}
+	if to > 0 {
+		tick = min(tick, to/4)
+	}
+	tick = max(tick, time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case now := <-t.C:
+			for _, c := range m.Conns() {
+				c.tick(now, iv, to)
+			}
+		}
+	}
+}

@@ -1,0 +1,675 @@
+package msgr2
+
+import (
+	"github.com/ferrymsg/ferry/msg"
+)
+
+// Role says which side of a connection an Engine plays.
+type Role uint8
+
+// Roles.
+const (
+	Client Role = iota + 1 // the side that connected
+	Server                 // the side that accepted
+)
+
+func (r Role) String() string {
+	switch r {
+	case Client:
+		return "client"
+	case Server:
+		return "server"
+	}
+	return "role?"
+}
+
+// Config is what an Engine needs to know before the handshake. The
+// messenger fills it in per connection attempt.
+type Config struct {
+	Role Role
+
+	// MyName is this entity (its type goes into HELLO; its number is the
+	// gid of CLIENT_IDENT / SERVER_IDENT). A client whose number is
+	// msg.NewID sends the global id the server assigned in AUTH_DONE.
+	MyName msg.EntityName
+	// MyAuthName is the name a client authenticates as (client.admin).
+	MyAuthName msg.AuthName
+	// MyAddrs are the addresses this entity advertises. A client that has
+	// not bound sends one "any" address carrying Nonce, with the IP the
+	// server reports in its HELLO.
+	MyAddrs msg.AddrVec
+	// Nonce distinguishes this messenger instance on its addresses.
+	Nonce uint32
+
+	// PeerAddr is the peer's address: for a client, the address it
+	// dialled (CLIENT_IDENT's target); for a server, the socket's remote
+	// address, reported back in HELLO.
+	PeerAddr msg.EntityAddr
+
+	// Supported and Required are Ceph feature masks.
+	Supported, Required uint64
+
+	// Lossy marks the session lossy (client: sets the LOSSY ident flag;
+	// server: the policy for this peer is lossy).
+	Lossy bool
+
+	// ClientCookie identifies a client's session (0 for lossy sessions).
+	ClientCookie uint64
+	// GlobalSeq is this attempt's global sequence number.
+	GlobalSeq uint64
+
+	// GlobalID is the global id a server hands the client in AUTH_DONE.
+	GlobalID uint64
+
+	// Limits bound frame sizes; zero fields take their defaults.
+	Limits Limits
+}
+
+// Stamp is a keepalive timestamp (seconds and nanoseconds). The engine
+// never reads the clock: stamps come from the caller and are echoed back.
+type Stamp struct{ Sec, Nsec uint32 }
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EvReady: the handshake finished; Engine.Peer describes the peer.
+	EvReady EventKind = iota + 1
+	// EvClientIdent (server): the client identified itself; the caller
+	// decides (Accept, Wait or Reject) before feeding more input.
+	EvClientIdent
+	// EvWait (client): the server asked us to wait for its connection to
+	// us; the caller closes this attempt and backs off.
+	EvWait
+	// EvMessage: a message arrived, in order (Msg). Messages whose seq is
+	// not above the last one received are dropped and reported with
+	// Dropped set instead.
+	EvMessage
+	// EvAck: the peer has received every message up to Seq (from an ACK
+	// frame or a message's ack_seq).
+	EvAck
+	// EvKeepalive: the peer sent KEEPALIVE2; the caller must answer with
+	// KEEPALIVE2_ACK carrying Stamp (see AppendKeepaliveAck).
+	EvKeepalive
+	// EvKeepaliveAck: the peer answered our keepalive sent at Stamp.
+	EvKeepaliveAck
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EvReady:
+		return "ready"
+	case EvClientIdent:
+		return "client-ident"
+	case EvWait:
+		return "wait"
+	case EvMessage:
+		return "message"
+	case EvAck:
+		return "ack"
+	case EvKeepalive:
+		return "keepalive"
+	case EvKeepaliveAck:
+		return "keepalive-ack"
+	}
+	return "event?"
+}
+
+// Event is one thing the engine reports from its input.
+type Event struct {
+	Kind    EventKind
+	Msg     *msg.Message // EvMessage
+	Seq     uint64       // EvAck; EvMessage: the message's seq
+	Dropped bool         // EvMessage: a duplicate (seq <= in_seq), not delivered
+	Skipped uint64       // EvMessage: how many sequence numbers were skipped before it
+	Stamp   Stamp        // EvKeepalive, EvKeepaliveAck
+}
+
+// Peer is what the handshake learned about the other side.
+type Peer struct {
+	Name      msg.EntityName // peer type and gid
+	AuthName  msg.AuthName   // server: who the client authenticated as
+	Addrs     msg.AddrVec    // the peer's advertised addresses
+	Supported uint64         // peer's feature masks
+	Required  uint64
+	Features  uint64 // negotiated: ours & peer's supported
+	Flags     uint64 // peer's ident flags (IdentFlagLossy)
+	Cookie    uint64 // client: server cookie; server: client cookie
+	GlobalSeq uint64 // peer's global_seq
+	GlobalID  uint64 // client: the id AUTH_DONE assigned us
+	MyAddr    msg.EntityAddr
+	Rev1      bool // frames use the msgr2.1 layout
+}
+
+// Lossy reports whether the peer marked the session lossy.
+func (p *Peer) Lossy() bool { return p.Flags&IdentFlagLossy != 0 }
+
+type state uint8
+
+const (
+	stBannerPrefix state = iota
+	stBannerPayload
+	stHello
+	stAuth          // client: AUTH_REQUEST sent; server: waiting for AUTH_REQUEST
+	stAuthSignature // waiting for the peer's AUTH_SIGNATURE
+	stIdent         // client: CLIENT_IDENT sent; server: waiting for it
+	stDecide        // server: waiting for the caller's decision
+	stReady
+	stClosed
+)
+
+// Engine is the msgr2.1 protocol state machine of one connection in crc
+// mode with auth method NONE: banner, HELLO, authentication, identity
+// exchange, then MESSAGE, ACK and keepalive frames. It does no I/O and
+// never reads the clock: the caller asks Need how many bytes to read, reads
+// exactly that many, and passes them to Feed, which returns events; bytes
+// the engine wants sent accumulate in Output.
+//
+// An Engine is driven by one goroutine (the connection's reader). Once
+// ready, InSeq may be read from any goroutine; the writer encodes messages
+// with the codec (MessageFrame) and Rev1.
+type Engine struct {
+	cfg   Config
+	lim   Limits
+	state state
+
+	rev1     bool
+	peer     Peer
+	inSeq    uint64
+	out      []byte
+	events   []Event
+	pre      Preamble
+	inFrame  bool // a preamble was read; the body comes next
+	bannerN  int
+	clientID ClientIdent
+	err      error
+}
+
+// NewEngine returns an engine for one connection. Call Start to produce
+// the banner.
+func NewEngine(cfg Config) *Engine {
+	return &Engine{cfg: cfg, lim: cfg.Limits.WithDefaults()}
+}
+
+// Start queues the banner. Both sides send it at once.
+func (e *Engine) Start() {
+	e.out = AppendBanner(e.out, FeatureRevision1, 0)
+}
+
+// Output returns the bytes to send and clears the buffer; the slice is
+// valid until the next call to Feed or Accept.
+func (e *Engine) Output() []byte {
+	o := e.out
+	e.out = e.out[:0]
+	return o
+}
+
+// Ready reports whether the handshake has finished.
+func (e *Engine) Ready() bool { return e.state == stReady }
+
+// Rev1 reports whether frames use the msgr2.1 layout (valid once the
+// peer's banner has been read).
+func (e *Engine) Rev1() bool { return e.rev1 }
+
+// Peer returns what the handshake learned about the peer.
+func (e *Engine) Peer() *Peer { return &e.peer }
+
+// PendingIdent returns the CLIENT_IDENT that the server is deciding on.
+func (e *Engine) PendingIdent() *ClientIdent { return &e.clientID }
+
+// InSeq returns the sequence number of the last message delivered.
+func (e *Engine) InSeq() uint64 { return e.inSeq }
+
+// SetInSeq sets the receive sequence (session resumption).
+func (e *Engine) SetInSeq(s uint64) { e.inSeq = s }
+
+// Err returns the error that closed the engine, if any.
+func (e *Engine) Err() error { return e.err }
+
+// Need returns how many bytes Feed needs next, and whether the engine may
+// keep a reference to them (a message body, whose segments become the
+// message's buffers): if retain is true the caller must pass a buffer it
+// will not reuse.
+func (e *Engine) Need() (n int, retain bool) {
+	switch e.state {
+	case stBannerPrefix:
+		return BannerPrefixLen, false
+	case stBannerPayload:
+		return e.bannerN, false
+	case stClosed, stDecide:
+		return 0, false
+	}
+	if !e.inFrame {
+		return PreambleLen, false
+	}
+	return e.pre.BodyLen(e.rev1), e.pre.Tag == TagMessage
+}
+
+// fail closes the engine with err and returns it.
+func (e *Engine) fail(err error) error {
+	if e.err == nil {
+		e.err = err
+	}
+	e.state = stClosed
+	return e.err
+}
+
+// Feed consumes exactly the number of bytes Need asked for and returns the
+// events they produced (valid until the next call). Any error is fatal to
+// the connection: the caller closes it and logs the reason.
+func (e *Engine) Feed(p []byte) ([]Event, error) {
+	e.events = e.events[:0]
+	if e.state == stClosed {
+		if e.err != nil {
+			return nil, e.err
+		}
+		return nil, errorf(ErrProtocol, 0, "engine closed")
+	}
+	if n, _ := e.Need(); len(p) != n {
+		return nil, e.fail(errorf(ErrProtocol, 0, "fed %d bytes, need %d", len(p), n))
+	}
+	switch e.state {
+	case stBannerPrefix:
+		n, err := ParseBannerPrefix(p)
+		if err != nil {
+			return nil, e.fail(err)
+		}
+		e.bannerN = n
+		e.state = stBannerPayload
+		return nil, nil
+	case stBannerPayload:
+		sup, req, err := ParseBannerPayload(p)
+		if err != nil {
+			return nil, e.fail(err)
+		}
+		if missing := req &^ (FeatureRevision1); missing != 0 {
+			return nil, e.fail(errorf(ErrMissingFeatures, 0, "peer banner requires msgr2 features %#x", missing))
+		}
+		e.rev1 = sup&FeatureRevision1 != 0
+		e.peer.Rev1 = e.rev1
+		e.state = stHello
+		e.sendHello()
+		return nil, nil
+	}
+	if !e.inFrame {
+		pre, err := ParsePreamble(p, e.lim)
+		if err != nil {
+			return nil, e.fail(err)
+		}
+		if pre.Tag != TagMessage && uint32(pre.PayloadLen()) > e.lim.MaxControl {
+			return nil, e.fail(errorf(ErrTooLarge, pre.Tag, "control frame of %d bytes", pre.PayloadLen()))
+		}
+		e.pre = pre
+		e.inFrame = true
+		if e.pre.BodyLen(e.rev1) == 0 {
+			// An empty frame (WAIT, for example) has no body to read.
+			e.inFrame = false
+			var segs [MaxSegments][]byte
+			if err := e.handleFrame(e.pre.Tag, segs); err != nil {
+				return nil, e.fail(err)
+			}
+		}
+		return e.events, nil
+	}
+	e.inFrame = false
+	segs, err := ParseBody(&e.pre, p, e.rev1)
+	if err != nil {
+		return nil, e.fail(err)
+	}
+	if err := e.handleFrame(e.pre.Tag, segs); err != nil {
+		return nil, e.fail(err)
+	}
+	return e.events, nil
+}
+
+func (e *Engine) sendHello() {
+	h := Hello{EntityType: e.cfg.MyName.Type, PeerAddr: e.cfg.PeerAddr}
+	e.sendControl(TagHello, h.Append(nil))
+}
+
+func (e *Engine) sendControl(tag Tag, payload []byte) {
+	e.out = AppendFrame(e.out, tag, e.rev1, payload)
+}
+
+func unexpected(tag Tag, st state) error {
+	return errorf(ErrUnexpectedFrame, tag, "%s in state %d", tag, st)
+}
+
+func (e *Engine) handleFrame(tag Tag, segs [MaxSegments][]byte) error {
+	// Frames valid in any state after the banner.
+	if e.state == stReady {
+		return e.handleReady(tag, segs)
+	}
+	if tag == TagMessage || tag == TagAck || tag == TagKeepalive2 || tag == TagKeepalive2Ack {
+		return unexpected(tag, e.state)
+	}
+	switch e.state {
+	case stHello:
+		if tag != TagHello {
+			return unexpected(tag, e.state)
+		}
+		h, err := ParseHello(segs[0])
+		if err != nil {
+			return err
+		}
+		e.peer.Name.Type = h.EntityType
+		e.peer.MyAddr = h.PeerAddr
+		if e.cfg.Role == Client {
+			e.sendAuthRequest()
+		}
+		e.state = stAuth
+		return nil
+	case stAuth:
+		if e.cfg.Role == Client {
+			return e.clientAuth(tag, segs[0])
+		}
+		return e.serverAuth(tag, segs[0])
+	case stAuthSignature:
+		if tag != TagAuthSignature {
+			return unexpected(tag, e.state)
+		}
+		sig, err := ParseAuthSignature(segs[0])
+		if err != nil {
+			return err
+		}
+		// With auth NONE there is no session key and the signature is
+		// all zeros.
+		if sig.Sig != ([32]byte{}) {
+			return errorf(ErrAuthRejected, tag, "non-zero auth signature without a session key")
+		}
+		e.state = stIdent
+		if e.cfg.Role == Client {
+			e.sendClientIdent()
+		}
+		return nil
+	case stIdent:
+		if e.cfg.Role == Client {
+			return e.clientIdentReply(tag, segs[0])
+		}
+		return e.serverIdent(tag, segs[0])
+	}
+	return unexpected(tag, e.state)
+}
+
+func (e *Engine) sendAuthRequest() {
+	mode := AuthModeAuthorizer
+	if e.peer.Name.Type == msg.EntityMon {
+		mode = AuthModeMon
+	}
+	pl := AuthNonePayload{Mode: mode, Name: e.cfg.MyAuthName, GlobalID: 0}
+	req := AuthRequest{Method: AuthMethodNone, PreferredModes: []uint32{ConModeCRC}, Payload: pl.Append(nil)}
+	e.sendControl(TagAuthRequest, req.Append(nil))
+}
+
+func (e *Engine) clientAuth(tag Tag, p []byte) error {
+	switch tag {
+	case TagAuthBadMethod:
+		bm, err := ParseAuthBadMethod(p)
+		if err != nil {
+			return err
+		}
+		return errorf(ErrBadAuthMethod, tag, "server refused auth method %d (result %d); it allows methods %v modes %v; ferry offers NONE with CRC",
+			bm.Method, bm.Result, bm.AllowedMethods, bm.AllowedModes)
+	case TagAuthDone:
+		d, err := ParseAuthDone(p)
+		if err != nil {
+			return err
+		}
+		if d.ConMode != ConModeCRC {
+			return errorf(ErrBadAuthMethod, tag, "server chose connection mode %d; ferry supports only crc mode", d.ConMode)
+		}
+		e.peer.GlobalID = d.GlobalID
+		e.sendControl(TagAuthSignature, (&AuthSignature{}).Append(nil))
+		e.state = stAuthSignature
+		return nil
+	case TagAuthReplyMore:
+		return errorf(ErrBadAuthMethod, tag, "auth NONE takes no further round trips")
+	}
+	return unexpected(tag, e.state)
+}
+
+func (e *Engine) serverAuth(tag Tag, p []byte) error {
+	if tag != TagAuthRequest {
+		return unexpected(tag, e.state)
+	}
+	req, err := ParseAuthRequest(p)
+	if err != nil {
+		return err
+	}
+	crc := false
+	for _, m := range req.PreferredModes {
+		if m == ConModeCRC {
+			crc = true
+		}
+	}
+	if req.Method != AuthMethodNone || !crc {
+		// EOPNOTSUPP, as Ceph answers; the client may try again.
+		bm := AuthBadMethod{Method: req.Method, Result: -95,
+			AllowedMethods: []uint32{AuthMethodNone}, AllowedModes: []uint32{ConModeCRC}}
+		e.sendControl(TagAuthBadMethod, bm.Append(nil))
+		return nil
+	}
+	pl, err := ParseAuthNonePayload(req.Payload)
+	if err != nil {
+		return err
+	}
+	e.peer.AuthName = pl.Name
+	done := AuthDone{GlobalID: e.cfg.GlobalID, ConMode: ConModeCRC}
+	e.sendControl(TagAuthDone, done.Append(nil))
+	e.sendControl(TagAuthSignature, (&AuthSignature{}).Append(nil))
+	e.state = stAuthSignature
+	return nil
+}
+
+func (e *Engine) myAddrs() msg.AddrVec {
+	if len(e.cfg.MyAddrs) > 0 {
+		return e.cfg.MyAddrs
+	}
+	a := e.peer.MyAddr
+	a.Type = msg.AddrAny
+	a.Nonce = e.cfg.Nonce
+	return msg.AddrVec{a}
+}
+
+func (e *Engine) sendClientIdent() {
+	gid := e.cfg.MyName.Num
+	if gid < 0 && e.peer.GlobalID != 0 {
+		gid = int64(e.peer.GlobalID)
+	}
+	var flags uint64
+	if e.cfg.Lossy {
+		flags |= IdentFlagLossy
+	}
+	ci := ClientIdent{
+		Addrs:        e.myAddrs(),
+		Target:       e.cfg.PeerAddr,
+		GID:          gid,
+		GlobalSeq:    e.cfg.GlobalSeq,
+		Supported:    e.cfg.Supported,
+		Required:     e.cfg.Required,
+		Flags:        flags,
+		ClientCookie: e.cfg.ClientCookie,
+	}
+	e.sendControl(TagClientIdent, ci.Append(nil))
+}
+
+func (e *Engine) clientIdentReply(tag Tag, p []byte) error {
+	switch tag {
+	case TagServerIdent:
+		si, err := ParseServerIdent(p)
+		if err != nil {
+			return err
+		}
+		if missing := e.cfg.Required &^ si.Supported; missing != 0 {
+			return errorf(ErrMissingFeatures, tag, "server lacks required features %#x", missing)
+		}
+		if missing := si.Required &^ e.cfg.Supported; missing != 0 {
+			return errorf(ErrMissingFeatures, tag, "server requires features %#x that ferry lacks", missing)
+		}
+		e.peer.Name.Num = si.GID
+		e.peer.Addrs = si.Addrs
+		e.peer.Supported, e.peer.Required = si.Supported, si.Required
+		e.peer.Features = e.cfg.Supported & si.Supported
+		e.peer.Flags = si.Flags
+		e.peer.Cookie = si.ServerCookie
+		e.peer.GlobalSeq = si.GlobalSeq
+		e.state = stReady
+		e.events = append(e.events, Event{Kind: EvReady})
+		return nil
+	case TagIdentMissingFeatures:
+		mf, err := ParseIdentMissingFeatures(p)
+		if err != nil {
+			return err
+		}
+		return errorf(ErrMissingFeatures, tag, "server requires features %#x that ferry did not advertise", mf.Features)
+	case TagWait:
+		e.state = stClosed
+		e.events = append(e.events, Event{Kind: EvWait})
+		return nil
+	}
+	return unexpected(tag, e.state)
+}
+
+func (e *Engine) serverIdent(tag Tag, p []byte) error {
+	if tag != TagClientIdent {
+		return unexpected(tag, e.state)
+	}
+	ci, err := ParseClientIdent(p)
+	if err != nil {
+		return err
+	}
+	if len(ci.Addrs) == 0 {
+		return errorf(ErrMalformed, tag, "client ident without addresses")
+	}
+	if missing := e.cfg.Required &^ ci.Supported; missing != 0 {
+		// Tell the client what it lacks; it will give up.
+		e.sendControl(TagIdentMissingFeatures, (&IdentMissingFeatures{Features: missing}).Append(nil))
+		return nil
+	}
+	if missing := ci.Required &^ e.cfg.Supported; missing != 0 {
+		return errorf(ErrMissingFeatures, tag, "client requires features %#x that ferry lacks", missing)
+	}
+	e.clientID = ci
+	e.peer.Name.Num = ci.GID
+	e.peer.Addrs = ci.Addrs
+	e.peer.Supported, e.peer.Required = ci.Supported, ci.Required
+	e.peer.Features = e.cfg.Supported & ci.Supported
+	e.peer.Flags = ci.Flags
+	e.peer.Cookie = ci.ClientCookie
+	e.peer.GlobalSeq = ci.GlobalSeq
+	e.state = stDecide
+	e.events = append(e.events, Event{Kind: EvClientIdent})
+	return nil
+}
+
+// Accept (server) answers the pending CLIENT_IDENT with SERVER_IDENT and
+// makes the engine ready. serverCookie is 0 for a lossy session.
+func (e *Engine) Accept(globalSeq, serverCookie uint64, lossy bool) error {
+	e.cfg.Lossy = lossy
+	if e.state != stDecide {
+		return errorf(ErrProtocol, 0, "Accept in state %d", e.state)
+	}
+	var flags uint64
+	if e.cfg.Lossy {
+		flags |= IdentFlagLossy
+	}
+	si := ServerIdent{
+		Addrs:        e.cfg.MyAddrs,
+		GID:          e.cfg.MyName.Num,
+		GlobalSeq:    globalSeq,
+		Supported:    e.cfg.Supported,
+		Required:     e.cfg.Required,
+		Flags:        flags,
+		ServerCookie: serverCookie,
+	}
+	e.sendControl(TagServerIdent, si.Append(nil))
+	e.state = stReady
+	return nil
+}
+
+// Wait (server) answers the pending CLIENT_IDENT with WAIT: a connection
+// race that the other direction wins. The caller closes the connection
+// after sending the output.
+func (e *Engine) Wait() error {
+	if e.state != stDecide {
+		return errorf(ErrProtocol, 0, "Wait in state %d", e.state)
+	}
+	e.sendControl(TagWait, nil)
+	e.state = stClosed
+	return nil
+}
+
+func (e *Engine) handleReady(tag Tag, segs [MaxSegments][]byte) error {
+	switch tag {
+	case TagMessage:
+		return e.handleMessage(segs)
+	case TagAck:
+		a, err := ParseAck(segs[0])
+		if err != nil {
+			return err
+		}
+		e.events = append(e.events, Event{Kind: EvAck, Seq: a.Seq})
+		return nil
+	case TagKeepalive2:
+		k, err := ParseKeepalive2(segs[0])
+		if err != nil {
+			return err
+		}
+		e.events = append(e.events, Event{Kind: EvKeepalive, Stamp: Stamp{k.Sec, k.Nsec}})
+		return nil
+	case TagKeepalive2Ack:
+		k, err := ParseKeepalive2Ack(segs[0])
+		if err != nil {
+			return err
+		}
+		e.events = append(e.events, Event{Kind: EvKeepaliveAck, Stamp: Stamp{k.Sec, k.Nsec}})
+		return nil
+	}
+	return unexpected(tag, e.state)
+}
+
+func (e *Engine) handleMessage(segs [MaxSegments][]byte) error {
+	if len(segs[0]) != Header2Len {
+		return errorf(ErrMalformed, TagMessage, "header segment of %d bytes", len(segs[0]))
+	}
+	h, err := ParseHeader2(segs[0])
+	if err != nil {
+		return err
+	}
+	if h.AckSeq != 0 {
+		e.events = append(e.events, Event{Kind: EvAck, Seq: h.AckSeq})
+	}
+	if h.Seq <= e.inSeq {
+		e.events = append(e.events, Event{Kind: EvMessage, Seq: h.Seq, Dropped: true})
+		return nil
+	}
+	skipped := h.Seq - e.inSeq - 1
+	e.inSeq = h.Seq
+	m := &msg.Message{
+		Header: msg.Header{
+			Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: msg.Priority(h.Priority),
+			Version: h.Version, CompatVersion: h.CompatVersion, DataOff: h.DataOff,
+			Src: e.peer.Name, AckSeq: h.AckSeq,
+		},
+		Footer: msg.Footer{Flags: h.Flags},
+	}
+	m.SetSegments(segs[1], segs[2], segs[3])
+	e.events = append(e.events, Event{Kind: EvMessage, Msg: m, Seq: h.Seq, Skipped: skipped})
+	return nil
+}
+
+// AppendKeepalive appends a KEEPALIVE2 frame carrying s.
+func (e *Engine) AppendKeepalive(b []byte, s Stamp) []byte {
+	return AppendFrame(b, TagKeepalive2, e.rev1, (&Keepalive2{Sec: s.Sec, Nsec: s.Nsec}).Append(nil))
+}
+
+// AppendKeepaliveAck appends a KEEPALIVE2_ACK frame echoing s.
+func (e *Engine) AppendKeepaliveAck(b []byte, s Stamp) []byte {
+	return AppendFrame(b, TagKeepalive2Ack, e.rev1, (&Keepalive2Ack{Sec: s.Sec, Nsec: s.Nsec}).Append(nil))
+}
+
+// AppendAck appends an ACK frame for seq.
+func (e *Engine) AppendAck(b []byte, seq uint64) []byte {
+	return AppendFrame(b, TagAck, e.rev1, (&Ack{Seq: seq}).Append(nil))
+}

@@ -1,0 +1,202 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+)
+
+// TCPOptions configures the TCP transport. The zero value gives the
+// defaults.
+type TCPOptions struct {
+	// DisableNoDelay turns Nagle's algorithm on. By default TCP_NODELAY is
+	// set: the messenger coalesces small frames itself and must not wait
+	// for acks.
+	DisableNoDelay bool
+	// KeepAlive is the TCP keep-alive probe period. Zero means the net
+	// package's default (enabled, 15 s); a negative value turns
+	// keep-alives off.
+	KeepAlive time.Duration
+	// ReadBuffer and WriteBuffer are the socket buffer sizes in bytes
+	// (SO_RCVBUF, SO_SNDBUF). Zero keeps the operating system's default,
+	// which on Linux autotunes. They are set after the connection is
+	// established, best effort.
+	ReadBuffer, WriteBuffer int
+}
+
+func (o TCPOptions) validate() error {
+	if o.ReadBuffer < 0 || o.WriteBuffer < 0 {
+		return fmt.Errorf("%w: negative tcp socket buffer size", ErrBadConfig)
+	}
+	return nil
+}
+
+// TCP is the "tcp" transport. Its Conns are the *net.TCPConn values the
+// net package returns, unwrapped, so net.Buffers writes use writev.
+// TCP is safe for concurrent use.
+type TCP struct {
+	opts TCPOptions
+}
+
+// NewTCP returns a TCP transport with the given options.
+func NewTCP(opts TCPOptions) *TCP { return &TCP{opts: opts} }
+
+// Name returns "tcp".
+func (*TCP) Name() string { return "tcp" }
+
+// Listen listens on a.Host; port 0 picks a free port, which the
+// Listener's Addr reports. Errors match ErrBadConfig, ErrUnknownScheme
+// (a.Scheme is not "tcp"), ErrAddrInUse, or are the net package's.
+func (t *TCP) Listen(ctx context.Context, a Addr) (Listener, error) {
+	if err := t.opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkScheme(a, "tcp"); err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{KeepAlive: t.opts.KeepAlive}
+	l, err := lc.Listen(ctx, "tcp", a.Host)
+	if err != nil {
+		return nil, mapListenErr(err)
+	}
+	bound := Addr{Scheme: "tcp", Host: l.Addr().String(), Nonce: a.Nonce}
+	return &socketListener{l: l, addr: bound, setup: t.setup}, nil
+}
+
+// Dial connects to a.Host, honouring ctx while connecting. The Conn is a
+// *net.TCPConn. Errors match ErrBadConfig, ErrUnknownScheme, ErrRefused
+// (nothing listens), ctx's error, or are the net package's.
+func (t *TCP) Dial(ctx context.Context, a Addr) (Conn, error) {
+	if err := t.opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkScheme(a, "tcp"); err != nil {
+		return nil, err
+	}
+	d := net.Dialer{KeepAlive: t.opts.KeepAlive}
+	c, err := d.DialContext(ctx, "tcp", a.Host)
+	if err != nil {
+		return nil, mapDialErr(err)
+	}
+	t.setup(c)
+	return c, nil
+}
+
+// setup applies the options to a new connection, best effort: an error
+// here means the socket is already broken, which its next I/O reports.
+func (t *TCP) setup(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if t.opts.DisableNoDelay {
+		_ = tc.SetNoDelay(false)
+	}
+	if t.opts.ReadBuffer > 0 {
+		_ = tc.SetReadBuffer(t.opts.ReadBuffer)
+	}
+	if t.opts.WriteBuffer > 0 {
+		_ = tc.SetWriteBuffer(t.opts.WriteBuffer)
+	}
+}
+
+// Unix is the "unix" transport: stream sockets on a filesystem path (or a
+// Linux abstract name starting with '@'). Its Conns are *net.UnixConn
+// values. Closing a Listener removes its socket file. Unix is safe for
+// concurrent use.
+type Unix struct{}
+
+// NewUnix returns the Unix-domain socket transport.
+func NewUnix() *Unix { return &Unix{} }
+
+// Name returns "unix".
+func (*Unix) Name() string { return "unix" }
+
+// Listen listens on the socket path a.Host. Errors match ErrUnknownScheme,
+// ErrAddrInUse, or are the net package's.
+func (*Unix) Listen(ctx context.Context, a Addr) (Listener, error) {
+	if err := checkScheme(a, "unix"); err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "unix", a.Host)
+	if err != nil {
+		return nil, mapListenErr(err)
+	}
+	return &socketListener{l: l, addr: Addr{Scheme: "unix", Host: a.Host}}, nil
+}
+
+// Dial connects to the socket path a.Host. Errors match ErrUnknownScheme,
+// ErrRefused (no socket, or nothing listens), ctx's error, or are the net
+// package's.
+func (*Unix) Dial(ctx context.Context, a Addr) (Conn, error) {
+	if err := checkScheme(a, "unix"); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", a.Host)
+	if err != nil {
+		return nil, mapDialErr(err)
+	}
+	return c, nil
+}
+
+func checkScheme(a Addr, want string) error {
+	if a.Scheme != want {
+		return &AddrError{Input: a.String(), Reason: "not a " + want + " address", Err: ErrUnknownScheme}
+	}
+	return nil
+}
+
+func mapListenErr(err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return wrap(ErrAddrInUse, err)
+	}
+	return err
+}
+
+func mapDialErr(err error) error {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+		return wrap(ErrRefused, err)
+	}
+	return err
+}
+
+// socketListener adapts a net.Listener. Accept returns the net package's
+// connection unwrapped.
+type socketListener struct {
+	l     net.Listener
+	addr  Addr
+	setup func(net.Conn) // may be nil
+}
+
+// Accept waits for a connection. After Close the error matches ErrClosed
+// and net.ErrClosed.
+func (l *socketListener) Accept() (Conn, error) {
+	c, err := l.l.Accept()
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, wrap(ErrClosed, err)
+		}
+		return nil, err
+	}
+	if l.setup != nil {
+		l.setup(c)
+	}
+	return c, nil
+}
+
+// Close stops listening.
+func (l *socketListener) Close() error {
+	err := l.l.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return wrap(ErrClosed, err)
+	}
+	return err
+}
+
+// Addr returns the bound address.
+func (l *socketListener) Addr() Addr { return l.addr }

@@ -1,0 +1,125 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/transporttest"
+)
+
+func TestTCPConformance(t *testing.T) {
+	transporttest.Run(t, transport.NewTCP(transport.TCPOptions{}), "tcp://127.0.0.1:0")
+}
+
+func TestTCPOptionsConformance(t *testing.T) {
+	opts := transport.TCPOptions{DisableNoDelay: true, KeepAlive: -1, ReadBuffer: 64 << 10, WriteBuffer: 64 << 10}
+	transporttest.Run(t, transport.NewTCP(opts), "tcp://127.0.0.1:0")
+}
+
+func TestUnixConformance(t *testing.T) {
+	transporttest.Run(t, transport.NewUnix(), "unix://"+filepath.Join(t.TempDir(), "s"))
+}
+
+// TestTCPConnType checks that both ends are the net package's *net.TCPConn,
+// so that net.Buffers writes use writev.
+func TestTCPConnType(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, transport.NewTCP(transport.TCPOptions{}), "tcp://127.0.0.1:0")
+	for _, conn := range []net.Conn{c, s} {
+		if _, ok := conn.(*net.TCPConn); !ok {
+			t.Errorf("conn is %T, want *net.TCPConn", conn)
+		}
+	}
+}
+
+func TestTCPListenAddr(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	tr := transport.NewTCP(transport.TCPOptions{})
+	ln := transporttest.Listen(t, tr, "v2:127.0.0.1:0/77")
+	a := ln.Addr()
+	host, port, err := net.SplitHostPort(a.Host)
+	if err != nil || host != "127.0.0.1" || port == "0" {
+		t.Fatalf("listener address %+v: want 127.0.0.1 and the bound port", a)
+	}
+	if a.Scheme != "tcp" || a.Nonce != 77 {
+		t.Fatalf("listener address %+v: want scheme tcp and the nonce kept", a)
+	}
+	// A second listener on the same port is refused.
+	if l2, err := tr.Listen(context.Background(), a); !errors.Is(err, transport.ErrAddrInUse) {
+		if l2 != nil {
+			l2.Close()
+		}
+		t.Fatalf("second Listen(%v) = %v, want ErrAddrInUse", a, err)
+	}
+	// The address can be dialed through a registry in Ceph's form.
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := transport.Default.Dial(ctx, "v2:"+a.Host+"/77")
+	if err != nil {
+		t.Fatalf("Default.Dial: %v", err)
+	}
+	c.Close()
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Accept did not return")
+	}
+}
+
+func TestTCPRefused(t *testing.T) {
+	tr := transport.NewTCP(transport.TCPOptions{})
+	ln := transporttest.Listen(t, tr, "tcp://127.0.0.1:0")
+	a := ln.Addr()
+	ln.Close()
+	_, err := transport.Default.Dial(context.Background(), a.String())
+	if !errors.Is(err, transport.ErrRefused) {
+		t.Fatalf("Dial = %v, want ErrRefused", err)
+	}
+	// The net package's error stays reachable.
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("Dial error %v does not wrap a *net.OpError", err)
+	}
+}
+
+func TestSocketErrors(t *testing.T) {
+	ctx := context.Background()
+	tcp := transport.NewTCP(transport.TCPOptions{})
+	inproc := transport.Addr{Scheme: "inproc", Host: "x"}
+	if _, err := tcp.Dial(ctx, inproc); !errors.Is(err, transport.ErrUnknownScheme) {
+		t.Errorf("tcp Dial(inproc address) = %v, want ErrUnknownScheme", err)
+	}
+	if _, err := tcp.Listen(ctx, inproc); !errors.Is(err, transport.ErrUnknownScheme) {
+		t.Errorf("tcp Listen(inproc address) = %v, want ErrUnknownScheme", err)
+	}
+	if _, err := transport.NewUnix().Dial(ctx, inproc); !errors.Is(err, transport.ErrUnknownScheme) {
+		t.Errorf("unix Dial(inproc address) = %v, want ErrUnknownScheme", err)
+	}
+	bad := transport.NewTCP(transport.TCPOptions{ReadBuffer: -1})
+	if _, err := bad.Listen(ctx, transport.Addr{Scheme: "tcp", Host: "127.0.0.1:0"}); !errors.Is(err, transport.ErrBadConfig) {
+		t.Errorf("Listen with a negative buffer = %v, want ErrBadConfig", err)
+	}
+	if _, err := bad.Dial(ctx, transport.Addr{Scheme: "tcp", Host: "127.0.0.1:1"}); !errors.Is(err, transport.ErrBadConfig) {
+		t.Errorf("Dial with a negative buffer = %v, want ErrBadConfig", err)
+	}
+	sock := filepath.Join(t.TempDir(), "none")
+	if _, err := transport.NewUnix().Dial(ctx, transport.Addr{Scheme: "unix", Host: sock}); !errors.Is(err, transport.ErrRefused) {
+		t.Errorf("unix Dial to a missing socket = %v, want ErrRefused", err)
+	}
+}

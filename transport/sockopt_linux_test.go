@@ -1,0 +1,64 @@
+package transport_test
+
+import (
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/transporttest"
+)
+
+func sockopt(t *testing.T, c net.Conn, level, opt int) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), level, opt) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
+}
+
+// TestTCPOptions checks the options on both the dialed and the accepted
+// socket.
+func TestTCPOptions(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	for _, tc := range []struct {
+		name      string
+		opts      transport.TCPOptions
+		nodelay   bool
+		keepalive bool
+		rcvbuf    int
+	}{
+		{"default", transport.TCPOptions{}, true, true, 0},
+		{"tuned", transport.TCPOptions{DisableNoDelay: true, KeepAlive: -1, ReadBuffer: 96 << 10, WriteBuffer: 96 << 10}, false, false, 96 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := transporttest.Pair(t, transport.NewTCP(tc.opts), "tcp://127.0.0.1:0")
+			for _, conn := range []net.Conn{c, s} {
+				if got := sockopt(t, conn, syscall.IPPROTO_TCP, syscall.TCP_NODELAY) != 0; got != tc.nodelay {
+					t.Errorf("TCP_NODELAY = %v, want %v", got, tc.nodelay)
+				}
+				if got := sockopt(t, conn, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE) != 0; got != tc.keepalive {
+					t.Errorf("SO_KEEPALIVE = %v, want %v", got, tc.keepalive)
+				}
+				if tc.rcvbuf > 0 {
+					// Linux reports twice the size set (bookkeeping overhead).
+					if got := sockopt(t, conn, syscall.SOL_SOCKET, syscall.SO_RCVBUF); got != 2*tc.rcvbuf {
+						t.Errorf("SO_RCVBUF = %d, want %d", got, 2*tc.rcvbuf)
+					}
+					if got := sockopt(t, conn, syscall.SOL_SOCKET, syscall.SO_SNDBUF); got != 2*tc.rcvbuf {
+						t.Errorf("SO_SNDBUF = %d, want %d", got, 2*tc.rcvbuf)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,169 @@
+// Package transport turns addresses into connected byte streams.
+//
+// A Transport is one network plugin (Mercury's na_class_ops in spirit): it
+// listens on and dials addresses of one scheme and hands out net.Conn-shaped
+// connections, so the messenger runs unchanged over every transport.
+// Transports know nothing of Ceph's message formats.
+//
+// This package holds the address syntax ([ParseAddr]), the [Registry] that
+// maps schemes to transports, and the socket transports [TCP] ("tcp") and
+// [Unix] ("unix"). [Default] holds TCP only; add others to it or build your
+// own Registry:
+//
+//	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), inproc.NewNetwork())
+//	c, err := reg.Dial(ctx, "v2:127.0.0.1:3300/0")
+//
+// The in-process network used by tests and simulations lives in
+// package transport/inproc; the conformance suite that every transport
+// passes lives in package transport/transporttest.
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+)
+
+// Sentinel errors. Errors returned by this package and by the transports
+// in its subpackages match them with errors.Is.
+var (
+	// ErrBadAddr reports an address that does not parse; it is wrapped in
+	// an *AddrError that names the input.
+	ErrBadAddr = errors.New("transport: bad address")
+	// ErrUnknownScheme reports an address whose scheme (or Ceph type
+	// prefix) no transport handles.
+	ErrUnknownScheme = errors.New("transport: unknown scheme")
+	// ErrDuplicate reports a second transport registered for a scheme.
+	ErrDuplicate = errors.New("transport: scheme already registered")
+	// ErrClosed reports an operation on a closed listener.
+	ErrClosed = errors.New("transport: listener closed")
+	// ErrRefused reports a dial to an address where nothing listens.
+	ErrRefused = errors.New("transport: connection refused")
+	// ErrUnreachable reports a dial that cannot reach its address, such as
+	// across a partition of an in-process network.
+	ErrUnreachable = errors.New("transport: address unreachable")
+	// ErrAddrInUse reports a listen on an address that is already taken.
+	ErrAddrInUse = errors.New("transport: address in use")
+	// ErrBadConfig reports invalid transport options.
+	ErrBadConfig = errors.New("transport: invalid configuration")
+)
+
+// Conn is a connected, ordered, reliable byte stream. Every transport's
+// connections behave like TCP's: Read returns io.EOF after the peer closed
+// and its bytes were drained, deadlines produce net.Error timeouts that
+// match os.ErrDeadlineExceeded, and a Write call is never interleaved with
+// another Write on the same Conn.
+type Conn = net.Conn
+
+// Listener accepts connections for one transport address. Its methods are
+// safe for concurrent use.
+type Listener interface {
+	// Accept waits for the next connection. After Close it returns an
+	// error matching ErrClosed.
+	Accept() (Conn, error)
+	// Close stops listening and unblocks Accept. Connections already
+	// accepted stay open.
+	Close() error
+	// Addr is the bound address, with the port or name that was assigned
+	// when the listen address asked for one (port 0, inproc name "").
+	Addr() Addr
+}
+
+// Transport is one network plugin. Implementations are safe for
+// concurrent use.
+type Transport interface {
+	// Name is the scheme the transport serves, such as "tcp".
+	Name() string
+	// Listen starts listening on a, whose Scheme must be Name().
+	Listen(ctx context.Context, a Addr) (Listener, error)
+	// Dial connects to a, whose Scheme must be Name(). It honours ctx's
+	// deadline and cancellation while connecting; the returned Conn is
+	// independent of ctx.
+	Dial(ctx context.Context, a Addr) (Conn, error)
+}
+
+// Addr is a parsed transport address. It implements net.Addr, so
+// transports may use it for a Conn's LocalAddr and RemoteAddr.
+type Addr struct {
+	// Scheme names the transport: "tcp", "unix", "shm", "inproc" or the
+	// name of another registered transport.
+	Scheme string
+	// Host is the scheme-specific part: "127.0.0.1:3300" or "[::1]:3300"
+	// for tcp, a socket path for unix, a name for shm and inproc.
+	Host string
+	// Nonce is the "/N" suffix of Ceph's address form ("v2:IP:PORT/N"),
+	// 0 otherwise. Only tcp addresses carry it.
+	Nonce uint32
+}
+
+// String formats a as a URI: "tcp://127.0.0.1:3300", "unix:///run/x.sock",
+// "inproc://a". A tcp address with a non-zero Nonce ends in "/N";
+// ParseAddr reads every form String produces.
+func (a Addr) String() string {
+	s := a.Scheme + "://" + a.Host
+	if a.Nonce != 0 && a.Scheme == "tcp" {
+		s += "/" + strconv.FormatUint(uint64(a.Nonce), 10)
+	}
+	return s
+}
+
+// Network returns a.Scheme; with String it makes Addr a net.Addr.
+func (a Addr) Network() string { return a.Scheme }
+
+// IsZero reports whether a is the zero Addr.
+func (a Addr) IsZero() bool { return a == Addr{} }
+
+// AddrError describes an address that could not be parsed or used. It
+// wraps ErrBadAddr or ErrUnknownScheme.
+type AddrError struct {
+	Input  string // the address as given
+	Reason string // what is wrong with it
+	Err    error  // ErrBadAddr or ErrUnknownScheme
+}
+
+// Error formats the error with its input.
+func (e *AddrError) Error() string {
+	msg := e.Err.Error() + " " + strconv.Quote(e.Input)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel the error wraps.
+func (e *AddrError) Unwrap() error { return e.Err }
+
+// Is reports whether target is the sentinel the error wraps.
+func (e *AddrError) Is(target error) bool { return target == e.Err }
+
+// wrapError attaches a sentinel from this package to an error from the
+// operating system or the net package, keeping both visible to errors.Is
+// and errors.As (so a *net.OpError and its net.Error methods stay
+// reachable) and keeping the original message.
+type wrapError struct {
+	sentinel error
+	err      error
+}
+
+func (e *wrapError) Error() string   { return e.err.Error() }
+func (e *wrapError) Unwrap() []error { return []error{e.sentinel, e.err} }
+
+// Timeout reports whether the wrapped error is a timeout.
+func (e *wrapError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.err, &ne) && ne.Timeout()
+}
+
+// Temporary is deprecated in net.Error; it reports false.
+func (e *wrapError) Temporary() bool { return false }
+
+// wrap returns err marked as sentinel: errors.Is(result, sentinel) and
+// errors.Is(result, anything err matches) both hold, and the message is
+// err's. It returns nil for a nil err.
+func wrap(sentinel, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &wrapError{sentinel: sentinel, err: err}
+}
