@@ -521,13 +521,27 @@ func (c *Conn) setPeer(e *msgr2.Engine) {
 
 // readLoop reads frames until the connection fails, throttles what it
 // receives and hands it to the dispatchers.
+//
+// Budget is taken before a message body is allocated, sized from the
+// preamble (message count, then bytes, then dispatch bytes, as Ceph
+// does): a peer cannot make the messenger hold more memory than the
+// throttles allow, and waiting for budget stops this connection's reads,
+// which is the back-pressure a slow consumer exerts on its senders.
 func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
 	m := c.m
 	var scratch []byte
 	for {
 		n, retain := e.Need()
 		var buf []byte
+		var held int64 // throttle budget taken for this frame
+		var recvStamp time.Time
 		if retain {
+			recvStamp = time.Now()
+			if err := c.takeBudget(int64(n)); err != nil {
+				c.fault(err)
+				return
+			}
+			held = int64(n)
 			buf = make([]byte, n)
 		} else {
 			if cap(scratch) < n {
@@ -535,11 +549,8 @@ func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
 			}
 			buf = scratch[:n]
 		}
-		var recvStamp time.Time
-		if retain {
-			recvStamp = time.Now()
-		}
 		if _, err := io.ReadFull(br, buf); err != nil {
+			c.putBudget(held)
 			c.fault(err)
 			return
 		}
@@ -547,6 +558,7 @@ func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
 		c.lastRecv.Store(now.UnixNano())
 		evs, err := e.Feed(buf)
 		if err != nil {
+			c.putBudget(held)
 			c.fault(err)
 			return
 		}
@@ -565,8 +577,11 @@ func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
 				mm := ev.Msg
 				mm.RecvStamp = recvStamp
 				mm.RecvCompleteStamp = now
+				mm.ThrottleStamp = recvStamp
 				mm.Conn = c
-				if err := c.deliver(mm); err != nil {
+				err := c.deliver(mm, held)
+				held = 0
+				if err != nil {
 					c.fault(err)
 					return
 				}
@@ -583,17 +598,15 @@ func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
 				c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
 			}
 		}
+		c.putBudget(held) // a dropped duplicate
 	}
 }
 
-// deliver takes throttle budget for a received message (message count,
-// then bytes, then dispatch bytes, as Ceph does), then fast-dispatches it
-// or queues it for the dispatch goroutine. Waiting for budget stops this
-// connection's reads, which is the back-pressure a slow consumer exerts.
-func (c *Conn) deliver(mm *msg.Message) error {
-	m := c.m
-	size := int64(mm.Len())
-	p := c.policy
+// takeBudget takes one message and size bytes from the policy throttles
+// and size bytes from the dispatch throttle, in Ceph's order, waiting as
+// long as the connection is open.
+func (c *Conn) takeBudget(size int64) error {
+	p := &c.policy
 	if err := p.ThrottleMessages.Get(c.ctx, 1); err != nil {
 		return err
 	}
@@ -601,22 +614,37 @@ func (c *Conn) deliver(mm *msg.Message) error {
 		p.ThrottleMessages.Put(1)
 		return err
 	}
-	if err := m.dispatch.Get(c.ctx, size); err != nil {
+	if err := c.m.dispatch.Get(c.ctx, size); err != nil {
 		p.ThrottleBytes.Put(size)
 		p.ThrottleMessages.Put(1)
 		return err
 	}
-	mm.ThrottleStamp = time.Now()
-	it := dispatchItem{kind: itemMessage, c: c, m: mm, bytes: size}
+	return nil
+}
+
+// putBudget returns what takeBudget took (nothing if size is 0).
+func (c *Conn) putBudget(size int64) {
+	if size == 0 {
+		return
+	}
+	c.m.release(dispatchItem{kind: itemMessage, c: c, bytes: size})
+}
+
+// deliver fast-dispatches a received message or queues it for the
+// dispatch goroutine; budget is the throttle budget it holds, returned
+// once it has been dispatched.
+func (c *Conn) deliver(mm *msg.Message, budget int64) error {
+	m := c.m
+	it := dispatchItem{kind: itemMessage, c: c, m: mm, bytes: budget}
 	for _, d := range *m.dispatchers.Load() {
 		if fd, ok := d.(FastDispatcher); ok && fd.CanFastDispatch(mm) {
-			mm.DispatchStamp = mm.ThrottleStamp
+			mm.DispatchStamp = time.Now()
 			fd.FastDispatch(mm)
 			m.release(it)
 			return nil
 		}
 	}
-	if err := m.dq.Enqueue(c.ctx, c.id, uint16(mm.Header.Priority), int(size), it); err != nil {
+	if err := m.dq.Enqueue(c.ctx, c.id, uint16(mm.Header.Priority), int(budget), it); err != nil {
 		m.release(it)
 		return err
 	}
