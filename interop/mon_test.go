@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
