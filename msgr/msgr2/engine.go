@@ -61,6 +61,15 @@ type Config struct {
 	// GlobalID is the global id a server hands the client in AUTH_DONE.
 	GlobalID uint64
 
+	// Session resumption (client): a lossless client reconnecting a
+	// session it has established sets ServerCookie (from the server's
+	// SERVER_IDENT), ConnectSeq and InSeq (the last sequence number it
+	// received); the engine then sends SESSION_RECONNECT instead of
+	// CLIENT_IDENT.
+	ServerCookie uint64
+	ConnectSeq   uint64
+	InSeq        uint64
+
 	// Limits bound frame sizes; zero fields take their defaults.
 	Limits Limits
 }
@@ -94,6 +103,24 @@ const (
 	EvKeepalive
 	// EvKeepaliveAck: the peer answered our keepalive sent at Stamp.
 	EvKeepaliveAck
+	// EvReconnect (server): the client asks to resume a session
+	// (PendingReconnect); the caller looks up the session and answers
+	// with AcceptReconnect, Reset, Retry, RetryGlobal or Wait.
+	EvReconnect
+	// EvReconnected (client): the server resumed the session; Seq is the
+	// last sequence number it had received from us (requeued messages at
+	// or below it are discarded).
+	EvReconnected
+	// EvSessionReset (client): the server has no such session (Full: it
+	// lost all state, a remote reset; otherwise only the resumption is
+	// refused). The caller calls ResetSession, which sends CLIENT_IDENT.
+	EvSessionReset
+	// EvRetry (client): the server knows a newer connect_seq (Seq); the
+	// engine has already resent SESSION_RECONNECT with Seq+1.
+	EvRetry
+	// EvRetryGlobal (client): the server has seen global_seq Seq; the
+	// caller picks a higher one and calls RetryGlobal.
+	EvRetryGlobal
 )
 
 func (k EventKind) String() string {
@@ -112,6 +139,16 @@ func (k EventKind) String() string {
 		return "keepalive"
 	case EvKeepaliveAck:
 		return "keepalive-ack"
+	case EvReconnect:
+		return "reconnect"
+	case EvReconnected:
+		return "reconnected"
+	case EvSessionReset:
+		return "session-reset"
+	case EvRetry:
+		return "retry"
+	case EvRetryGlobal:
+		return "retry-global"
 	}
 	return "event?"
 }
@@ -122,6 +159,7 @@ type Event struct {
 	Msg     *msg.Message // EvMessage
 	Seq     uint64       // EvAck; EvMessage: the message's seq
 	Dropped bool         // EvMessage: a duplicate (seq <= in_seq), not delivered
+	Full    bool         // EvSessionReset: the server lost the whole session
 	Skipped uint64       // EvMessage: how many sequence numbers were skipped before it
 	Stamp   Stamp        // EvKeepalive, EvKeepaliveAck
 }
@@ -183,6 +221,9 @@ type Engine struct {
 	inFrame  bool // a preamble was read; the body comes next
 	bannerN  int
 	clientID ClientIdent
+	recon    SessionReconnect // server: the pending SESSION_RECONNECT
+	decideOn Tag              // server: what stDecide is deciding (CLIENT_IDENT or SESSION_RECONNECT)
+	resumed  bool             // client: this attempt sent SESSION_RECONNECT
 	err      error
 }
 
@@ -217,6 +258,19 @@ func (e *Engine) Peer() *Peer { return &e.peer }
 
 // PendingIdent returns the CLIENT_IDENT that the server is deciding on.
 func (e *Engine) PendingIdent() *ClientIdent { return &e.clientID }
+
+// PendingReconnect returns the SESSION_RECONNECT that the server is
+// deciding on.
+func (e *Engine) PendingReconnect() *SessionReconnect { return &e.recon }
+
+// Resumed reports whether the client asked to resume a session.
+func (e *Engine) Resumed() bool { return e.resumed }
+
+// ConnectSeq returns the client's current connect_seq.
+func (e *Engine) ConnectSeq() uint64 { return e.cfg.ConnectSeq }
+
+// GlobalSeq returns the client's current global_seq.
+func (e *Engine) GlobalSeq() uint64 { return e.cfg.GlobalSeq }
 
 // InSeq returns the sequence number of the last message delivered.
 func (e *Engine) InSeq() uint64 { return e.inSeq }
@@ -380,7 +434,11 @@ func (e *Engine) handleFrame(tag Tag, segs [MaxSegments][]byte) error {
 		}
 		e.state = stIdent
 		if e.cfg.Role == Client {
-			e.sendClientIdent()
+			if e.cfg.ServerCookie != 0 {
+				e.sendReconnect()
+			} else {
+				e.sendClientIdent()
+			}
 		}
 		return nil
 	case stIdent:
@@ -527,11 +585,115 @@ func (e *Engine) clientIdentReply(tag Tag, p []byte) error {
 		e.state = stClosed
 		e.events = append(e.events, Event{Kind: EvWait})
 		return nil
+	case TagSessionReconnectOK:
+		if !e.resumed {
+			return unexpected(tag, e.state)
+		}
+		ok, err := ParseSessionReconnectOK(p)
+		if err != nil {
+			return err
+		}
+		e.inSeq = e.cfg.InSeq
+		e.peer.Cookie = e.cfg.ServerCookie
+		e.state = stReady
+		e.events = append(e.events, Event{Kind: EvReconnected, Seq: ok.MsgSeq})
+		return nil
+	case TagSessionReset:
+		if !e.resumed {
+			return unexpected(tag, e.state)
+		}
+		r, err := ParseSessionReset(p)
+		if err != nil {
+			return err
+		}
+		e.state = stDecide
+		e.events = append(e.events, Event{Kind: EvSessionReset, Full: r.Full})
+		return nil
+	case TagSessionRetry:
+		if !e.resumed {
+			return unexpected(tag, e.state)
+		}
+		r, err := ParseSessionRetry(p)
+		if err != nil {
+			return err
+		}
+		e.cfg.ConnectSeq = r.ConnectSeq + 1
+		e.sendReconnect()
+		e.events = append(e.events, Event{Kind: EvRetry, Seq: r.ConnectSeq})
+		return nil
+	case TagSessionRetryGlobal:
+		if !e.resumed {
+			return unexpected(tag, e.state)
+		}
+		r, err := ParseSessionRetryGlobal(p)
+		if err != nil {
+			return err
+		}
+		e.state = stDecide
+		e.events = append(e.events, Event{Kind: EvRetryGlobal, Seq: r.GlobalSeq})
+		return nil
 	}
 	return unexpected(tag, e.state)
 }
 
+func (e *Engine) sendReconnect() {
+	e.resumed = true
+	r := SessionReconnect{
+		Addrs:        e.myAddrs(),
+		ClientCookie: e.cfg.ClientCookie,
+		ServerCookie: e.cfg.ServerCookie,
+		GlobalSeq:    e.cfg.GlobalSeq,
+		ConnectSeq:   e.cfg.ConnectSeq,
+		MsgSeq:       e.cfg.InSeq,
+	}
+	e.sendControl(TagSessionReconnect, r.Append(nil))
+}
+
+// ResetSession (client) answers EvSessionReset: it forgets the server's
+// cookie, connect_seq and received sequence, takes clientCookie (a new one
+// after a full reset) and starts a new session with CLIENT_IDENT.
+func (e *Engine) ResetSession(clientCookie uint64) error {
+	if e.state != stDecide || e.cfg.Role != Client {
+		return errorf(ErrProtocol, 0, "ResetSession in state %d", e.state)
+	}
+	e.cfg.ServerCookie, e.cfg.ConnectSeq, e.cfg.InSeq = 0, 0, 0
+	e.cfg.ClientCookie = clientCookie
+	e.resumed = false
+	e.state = stIdent
+	e.sendClientIdent()
+	return nil
+}
+
+// RetryGlobal (client) answers EvRetryGlobal with a global_seq above the
+// server's and resends SESSION_RECONNECT.
+func (e *Engine) RetryGlobal(globalSeq uint64) error {
+	if e.state != stDecide || e.cfg.Role != Client {
+		return errorf(ErrProtocol, 0, "RetryGlobal in state %d", e.state)
+	}
+	e.cfg.GlobalSeq = globalSeq
+	e.state = stIdent
+	e.sendReconnect()
+	return nil
+}
+
 func (e *Engine) serverIdent(tag Tag, p []byte) error {
+	if tag == TagSessionReconnect {
+		r, err := ParseSessionReconnect(p)
+		if err != nil {
+			return err
+		}
+		if len(r.Addrs) == 0 {
+			return errorf(ErrMalformed, tag, "session reconnect without addresses")
+		}
+		e.recon = r
+		e.peer.Addrs = r.Addrs
+		e.peer.Cookie = r.ClientCookie
+		e.peer.GlobalSeq = r.GlobalSeq
+		e.decideOn = tag
+		e.state = stDecide
+		e.events = append(e.events, Event{Kind: EvReconnect})
+		return nil
+	}
 	if tag != TagClientIdent {
 		return unexpected(tag, e.state)
 	}
@@ -558,18 +720,74 @@ func (e *Engine) serverIdent(tag Tag, p []byte) error {
 	e.peer.Flags = ci.Flags
 	e.peer.Cookie = ci.ClientCookie
 	e.peer.GlobalSeq = ci.GlobalSeq
+	e.decideOn = TagClientIdent
 	e.state = stDecide
 	e.events = append(e.events, Event{Kind: EvClientIdent})
+	return nil
+}
+
+func (e *Engine) deciding(tag Tag, op string) error {
+	if e.state != stDecide || e.cfg.Role != Server || e.decideOn != tag {
+		return errorf(ErrProtocol, 0, "%s in state %d", op, e.state)
+	}
+	return nil
+}
+
+// AcceptReconnect (server) resumes the session: it answers
+// SESSION_RECONNECT_OK with inSeq, the last sequence number the session
+// received, and makes the engine ready. features and name are the
+// session's, which a reconnect does not repeat.
+func (e *Engine) AcceptReconnect(inSeq uint64, name msg.EntityName, features uint64) error {
+	if err := e.deciding(TagSessionReconnect, "AcceptReconnect"); err != nil {
+		return err
+	}
+	e.inSeq = inSeq
+	e.peer.Name = name
+	e.peer.Features = features
+	e.sendControl(TagSessionReconnectOK, (&SessionReconnectOK{MsgSeq: inSeq}).Append(nil))
+	e.state = stReady
+	return nil
+}
+
+// Reset (server) refuses a SESSION_RECONNECT with SESSION_RESET; the
+// client then starts a new session with CLIENT_IDENT.
+func (e *Engine) Reset(full bool) error {
+	if err := e.deciding(TagSessionReconnect, "Reset"); err != nil {
+		return err
+	}
+	e.sendControl(TagSessionReset, (&SessionReset{Full: full}).Append(nil))
+	e.state = stIdent
+	return nil
+}
+
+// Retry (server) tells the client its connect_seq is stale.
+func (e *Engine) Retry(connectSeq uint64) error {
+	if err := e.deciding(TagSessionReconnect, "Retry"); err != nil {
+		return err
+	}
+	e.sendControl(TagSessionRetry, (&SessionRetry{ConnectSeq: connectSeq}).Append(nil))
+	e.state = stIdent
+	return nil
+}
+
+// RetryGlobalSeq (server) tells the client its global_seq is stale.
+func (e *Engine) RetryGlobalSeq(globalSeq uint64) error {
+	if err := e.deciding(TagSessionReconnect, "RetryGlobalSeq"); err != nil {
+		return err
+	}
+	e.sendControl(TagSessionRetryGlobal, (&SessionRetryGlobal{GlobalSeq: globalSeq}).Append(nil))
+	e.state = stIdent
 	return nil
 }
 
 // Accept (server) answers the pending CLIENT_IDENT with SERVER_IDENT and
 // makes the engine ready. serverCookie is 0 for a lossy session.
 func (e *Engine) Accept(globalSeq, serverCookie uint64, lossy bool) error {
-	e.cfg.Lossy = lossy
-	if e.state != stDecide {
-		return errorf(ErrProtocol, 0, "Accept in state %d", e.state)
+	if err := e.deciding(TagClientIdent, "Accept"); err != nil {
+		return err
 	}
+	e.cfg.Lossy = lossy
+	e.peer.Cookie = e.clientID.ClientCookie
 	var flags uint64
 	if e.cfg.Lossy {
 		flags |= IdentFlagLossy
@@ -592,7 +810,7 @@ func (e *Engine) Accept(globalSeq, serverCookie uint64, lossy bool) error {
 // race that the other direction wins. The caller closes the connection
 // after sending the output.
 func (e *Engine) Wait() error {
-	if e.state != stDecide {
+	if e.state != stDecide || e.cfg.Role != Server {
 		return errorf(ErrProtocol, 0, "Wait in state %d", e.state)
 	}
 	e.sendControl(TagWait, nil)

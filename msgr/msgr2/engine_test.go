@@ -386,7 +386,19 @@ func FuzzEngine(f *testing.F) {
 		for steps := 0; steps < 10000; steps++ {
 			n, _ := e.Need()
 			if e.state == stDecide {
-				if err := e.Accept(1, 0, true); err != nil {
+				var err error
+				switch {
+				case client:
+					err = e.ResetSession(1)
+					if err != nil {
+						err = e.RetryGlobal(100)
+					}
+				case e.decideOn == TagSessionReconnect:
+					err = e.Reset(true)
+				default:
+					err = e.Accept(1, 0, true)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 				continue

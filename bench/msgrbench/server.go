@@ -1,0 +1,282 @@
+// Package msgrbench benchmarks the messenger (package msgr) against a
+// raw-TCP request/response floor, with client and server in two processes
+// on loopback.
+//
+// The benchmarks live in bench_test.go. The test binary re-executes itself
+// with FERRY_BENCH_ROLE=server to run Serve, which hosts a ferry echo
+// messenger and a raw length-prefixed TCP echo server side by side. See
+// BENCHMARKS.md at the repository root for the command and the results.
+package msgrbench
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+)
+
+// Message types the echo messenger answers. TypeEcho goes through the
+// dispatch queue and the messenger's dispatch goroutine; TypeEchoFast is
+// answered inline on the connection's reader goroutine (FastDispatcher).
+const (
+	TypeEcho     uint16 = 0x7e01
+	TypeEchoFast uint16 = 0x7e02
+)
+
+// MaxRawPayload bounds the length prefix the raw echo server accepts.
+const MaxRawPayload = 64 << 20
+
+// rawCopyMax is the payload size up to which the raw echo copies the
+// length prefix and payload into one buffer for a single write; larger
+// payloads go out with writev (net.Buffers).
+const rawCopyMax = 16 << 10
+
+// Serve runs the benchmark server role. It starts a ferry echo messenger
+// and a raw TCP echo server on 127.0.0.1 (ephemeral ports) and writes their
+// addresses to out as two lines:
+//
+//	ferry tcp://127.0.0.1:PORT
+//	raw 127.0.0.1:PORT
+//
+// It then reads commands from in, one per line, and answers each with one
+// line on out:
+//
+//	stats  ->  stats MALLOCS ECHOES SYSCR SYSCW
+//
+// where MALLOCS is runtime.MemStats.Mallocs of this process, ECHOES the
+// number of requests echoed so far (ferry and raw together), and SYSCR and
+// SYSCW the process's read and write system calls so far (ProcIO; 0 where
+// unavailable). Serve returns
+// when in reaches EOF (the client closed it or exited), after shutting both
+// servers down.
+//
+// The ferry echo sends the received message object back as the reply (same
+// tid, same segments), so the server's own code allocates nothing per
+// message and the allocations counted are the messenger's.
+func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var echoes atomic.Uint64
+
+	m, err := msgr.New(msgr.Config{
+		Name:   msg.EntityName{Type: msg.EntityOSD, Num: 0},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	m.SetDefaultPolicy(msgr.StatelessServer())
+	m.AddDispatcherTail(&echoDispatcher{n: &echoes})
+	if err := m.Bind("tcp://127.0.0.1:0"); err != nil {
+		return err
+	}
+	if err := m.Start(); err != nil {
+		return err
+	}
+	defer m.Shutdown()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	raw := &rawServer{ln: ln, echoes: &echoes, conns: make(map[net.Conn]struct{})}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		raw.acceptLoop(&wg)
+	}()
+	defer func() {
+		raw.close()
+		wg.Wait()
+	}()
+
+	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\n", m.ListenAddrs()[0], ln.Addr()); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		switch cmd := strings.TrimSpace(sc.Text()); cmd {
+		case "stats":
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			r, w, _ := ProcIO()
+			if _, err := fmt.Fprintf(out, "stats %d %d %d %d\n", ms.Mallocs, echoes.Load(), r, w); err != nil {
+				return err
+			}
+		case "":
+		default:
+			if _, err := fmt.Fprintf(out, "error unknown command %q\n", cmd); err != nil {
+				return err
+			}
+		}
+	}
+	return sc.Err()
+}
+
+// echoDispatcher answers every TypeEcho and TypeEchoFast message with
+// itself.
+type echoDispatcher struct{ n *atomic.Uint64 }
+
+func (d *echoDispatcher) echo(m *msg.Message) {
+	d.n.Add(1)
+	c := m.Conn
+	m.Conn = nil
+	_ = c.Send(m)
+}
+
+// Dispatch echoes TypeEcho messages (queued path).
+func (d *echoDispatcher) Dispatch(m *msg.Message) bool {
+	if m.Header.Type != TypeEcho && m.Header.Type != TypeEchoFast {
+		return false
+	}
+	d.echo(m)
+	return true
+}
+
+// CanFastDispatch takes TypeEchoFast messages.
+func (d *echoDispatcher) CanFastDispatch(m *msg.Message) bool {
+	return m.Header.Type == TypeEchoFast
+}
+
+// FastDispatch echoes m inline on the reader goroutine.
+func (d *echoDispatcher) FastDispatch(m *msg.Message) { d.echo(m) }
+
+// rawServer is the floor: a length-prefixed (4-byte little-endian length,
+// then payload) echo, one goroutine per connection, buffered reads, one
+// write per reply.
+type rawServer struct {
+	ln     net.Listener
+	echoes *atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+}
+
+func (s *rawServer) acceptLoop(wg *sync.WaitGroup) {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer wg.Done()
+			_ = RawEcho(c, s.echoes)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			_ = c.Close()
+		}()
+	}
+}
+
+func (s *rawServer) close() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	_ = s.ln.Close()
+}
+
+// RawEcho serves the raw floor protocol on c until it fails or the peer
+// closes it: it reads a 4-byte little-endian length and that many bytes,
+// and writes both back, with one write for payloads up to 16 KiB and one
+// writev (net.Buffers) above. Buffers are reused, so it does not allocate
+// per message once it has seen the largest payload. Each echo increments
+// n when n is not nil. It returns nil on a clean EOF.
+func RawEcho(c net.Conn, n *atomic.Uint64) error {
+	br := bufio.NewReaderSize(c, 64<<10)
+	var (
+		hdr  [4]byte
+		buf  []byte // hdr + payload
+		iov  [2][]byte
+		bufs net.Buffers
+	)
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		sz := binary.LittleEndian.Uint32(hdr[:])
+		if sz > MaxRawPayload {
+			return fmt.Errorf("msgrbench: raw payload of %d bytes exceeds %d", sz, MaxRawPayload)
+		}
+		if need := 4 + int(sz); cap(buf) < need {
+			buf = make([]byte, need)
+		}
+		buf = buf[:4+sz]
+		copy(buf, hdr[:])
+		if _, err := io.ReadFull(br, buf[4:]); err != nil {
+			return err
+		}
+		if n != nil {
+			n.Add(1) // before the reply, so a client that has it sees the count
+		}
+		var err error
+		if sz <= rawCopyMax {
+			_, err = c.Write(buf)
+		} else {
+			iov = [2][]byte{hdr[:], buf[4:]}
+			bufs = iov[:]
+			_, err = bufs.WriteTo(c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// ProcIO returns the calling process's counts of read and write system
+// calls (syscr and syscw of /proc/self/io, Linux only). Each write or
+// writev is one syscw, so the count per message shows how well writes are
+// coalesced. The Go runtime's own wake-ups of its network poller also
+// count as writes.
+func ProcIO() (syscr, syscw uint64, err error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		var n uint64
+		if _, err := fmt.Sscan(strings.TrimSpace(v), &n); err != nil {
+			continue
+		}
+		switch k {
+		case "syscr":
+			syscr = n
+		case "syscw":
+			syscw = n
+		}
+	}
+	return syscr, syscw, nil
+}
