@@ -60,6 +60,16 @@ type Config struct {
 	// Default 256 MiB.
 	OutQueueBytes int
 
+	// InitialBackoff is the first wait before a lossless connection
+	// retries after a failed attempt (ms_initial_backoff); it doubles up
+	// to MaxBackoff (ms_max_backoff), which is also the wait after the
+	// peer says WAIT. Defaults 200 ms and 15 s.
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+
+	// Inject configures fault injection; off by default.
+	Inject Inject
+
 	// Logger receives connection-level logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -97,6 +107,13 @@ func (c *Config) withDefaults() Config {
 	if d.OutQueueBytes == 0 {
 		d.OutQueueBytes = 256 << 20
 	}
+	if d.InitialBackoff == 0 {
+		d.InitialBackoff = 200 * time.Millisecond
+	}
+	if d.MaxBackoff == 0 {
+		d.MaxBackoff = 15 * time.Second
+	}
+	d.MaxBackoff = max(d.MaxBackoff, d.InitialBackoff)
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -114,11 +131,38 @@ func (c *Config) validate() error {
 	if c.DispatchThrottleBytes < 0 || c.DispatchQueueLen < 0 || c.OutQueueBytes < 0 {
 		errs = append(errs, errors.New("negative queue bound"))
 	}
-	if c.Required&^c.Supported != 0 {
+	if c.InitialBackoff < 0 || c.MaxBackoff < 0 {
+		errs = append(errs, errors.New("negative backoff"))
+	}
+	if c.Inject.SocketFailures < 0 || c.Inject.DelayProbability < 0 || c.Inject.DelayProbability > 1 {
+		errs = append(errs, errors.New("bad fault injection settings"))
+	}
+	if c.Required&^c.Supported != 0 && c.Supported != 0 {
 		errs = append(errs, fmt.Errorf("required features %#x not in supported %#x", c.Required, c.Supported))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("msgr: invalid config: %w", err)
 	}
 	return nil
+}
+
+// Inject configures fault injection for tests (Ceph's ms_inject_*
+// options). The zero value injects nothing, and the checks then cost one
+// comparison per read and per write.
+type Inject struct {
+	// SocketFailures: 1 in SocketFailures frame reads and batch writes
+	// shuts the socket down (ms_inject_socket_failures); 0 disables.
+	SocketFailures int
+	// DelayTypes lists the peer types whose received messages may be
+	// held back (ms_inject_delay_type); empty means none.
+	DelayTypes []msg.EntityType
+	// DelayProbability is the chance (0..1) that a message from such a
+	// peer is held (ms_inject_delay_probability).
+	DelayProbability float64
+	// DelayMax bounds how long it is held (ms_inject_delay_max); the
+	// connection's later messages wait behind it, so order is kept.
+	DelayMax time.Duration
+	// InternalDelays bounds random sleeps at the session code's race
+	// points (ms_inject_internal_delays).
+	InternalDelays time.Duration
 }

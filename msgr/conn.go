@@ -1,10 +1,8 @@
 package msgr
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,53 +16,74 @@ import (
 type connState uint8
 
 const (
-	stateConnecting connState = iota // dialling or in the handshake
-	stateOpen                        // ready: messages flow
+	stateConnecting connState = iota // dialling, in the handshake, or waiting to reconnect
+	stateOpen                        // a socket is up: messages flow
+	stateStandby                     // lossless, no socket: waiting for the peer or for something to send
 	stateClosed                      // done; nothing more is sent
 )
 
-// Conn is a connection to one peer (Ceph's Connection). Messages sent on
-// it are delivered in order per priority, highest priority first. All
-// methods are safe for concurrent use.
+func (s connState) String() string {
+	return [...]string{"connecting", "open", "standby", "closed"}[s]
+}
+
+// Conn is a connection to one peer (Ceph's Connection). On a lossless
+// policy it is a session that outlives its sockets: messages are numbered,
+// kept until the peer acknowledges them and replayed after a reconnect, so
+// each is delivered exactly once and in order. On a lossy policy a socket
+// failure closes it.
+//
+// Messages sent on a Conn leave highest priority first, FIFO within a
+// priority. All methods are safe for concurrent use.
 type Conn struct {
 	m        *Messenger
 	id       uint64
 	outgoing bool
 
 	target    transport.Addr // outgoing: where to dial
-	targetKey string
-	regKey    string // incoming: key in Messenger.registered
+	targetKey string         // key in Messenger.outgoing
+	regKey    string         // key in Messenger.sessions
 
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
 
-	mu          sync.Mutex
-	state       connState
-	policy      Policy
-	err         error // why the connection closed
-	nc          net.Conn
-	outq        outQueue
-	outSeq      uint64
-	peerName    msg.EntityName
-	peerAddrs   msg.AddrVec
-	features    uint64
-	sendKA      bool          // a KEEPALIVE2 is due
-	sendKAAck   bool          // a KEEPALIVE2_ACK is due
-	kaAckStamp  msgr2.Stamp   // the stamp to echo
-	ackPending  bool          // an ACK frame is due (lossless, idle)
-	markedDown  bool          // closed by MarkDown: no reset event
-	everReady   bool          // reached stateOpen at least once
-	lastKASent  time.Time     // when we last queued a KEEPALIVE2
-	readyCh     chan struct{} // closed when open or closed
+	mu        sync.Mutex
+	state     connState
+	policy    Policy
+	err       error // why the connection closed
+	run       *socketRun
+	replacing bool // a new socket is taking over
+
+	// Session state (Ceph's Pipe/ProtocolV2 fields).
+	outq          outQueue
+	replay        []*msg.Message // requeued after a fault: resent first, with their seqs
+	sent          []*msg.Message // written, not yet acknowledged (lossless)
+	outSeq        uint64
+	clientCookie  uint64
+	serverCookie  uint64
+	connectSeq    uint64
+	peerGlobalSeq uint64
+
+	peerName   msg.EntityName
+	peerAddrs  msg.AddrVec
+	features   uint64
+	sendKA     bool        // a KEEPALIVE2 is due
+	sendKAAck  bool        // a KEEPALIVE2_ACK is due
+	kaAckStamp msgr2.Stamp // the stamp to echo
+	ackPending bool        // an ACK frame is due (lossless)
+	everReady  bool        // reached stateOpen at least once
+	lastKASent time.Time   // when we last queued a KEEPALIVE2
+
+	readyCh     chan struct{} // closed when first open, or when closed
 	readyClosed bool
 
-	wake chan struct{} // pokes the writer
-	done chan struct{} // closed when the connection's goroutines have exited
+	wake chan struct{} // pokes the writer, or a connection in standby
+	done chan struct{} // closed when the connection has closed
 
 	inSeq            atomic.Uint64
 	lastRecv         atomic.Int64 // unix ns of the last frame received
 	lastKeepalive    atomic.Int64 // unix ns when the peer's last KEEPALIVE2 arrived
 	lastKeepaliveAck atomic.Int64 // unix ns of the stamp the peer last acked
+	reconnects       atomic.Uint64
 
 	priv atomic.Value
 }
@@ -107,12 +126,23 @@ func (c *Conn) Policy() Policy {
 	return c.policy
 }
 
-// IsConnected reports whether the connection is open.
+// IsConnected reports whether a socket is up.
 func (c *Conn) IsConnected() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state == stateOpen
 }
+
+// State returns "connecting", "open", "standby" or "closed".
+func (c *Conn) State() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.String()
+}
+
+// Reconnects returns how many times the session has been resumed or
+// restarted on a new socket.
+func (c *Conn) Reconnects() uint64 { return c.reconnects.Load() }
 
 // Err returns why the connection closed, or nil while it is not closed.
 func (c *Conn) Err() error {
@@ -146,12 +176,11 @@ func (c *Conn) Priv() any {
 	return nil
 }
 
-// Done returns a channel closed when the connection has closed and its
-// goroutines have exited.
+// Done returns a channel closed when the connection has closed.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Ready waits until the handshake finished (nil) or the connection closed
-// (its error), or ctx ends.
+// Ready waits until the first handshake finished (nil) or the connection
+// closed (its error), or ctx ends.
 func (c *Conn) Ready(ctx context.Context) error {
 	select {
 	case <-c.readyCh:
@@ -160,10 +189,10 @@ func (c *Conn) Ready(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == stateOpen {
+	if c.state != stateClosed {
 		return nil
 	}
-	return c.err
+	return &closedError{c.err}
 }
 
 func (c *Conn) isClosed() bool {
@@ -174,10 +203,11 @@ func (c *Conn) isClosed() bool {
 
 // Send queues m for the peer and returns without waiting. Messages go out
 // highest priority first, FIFO within a priority; the connection assigns
-// m.Header.Seq. The caller must not modify m or its buffers afterwards.
-// Send fails with ErrClosed (wrapping the reason) once the connection has
-// closed, with ErrTooLarge if m exceeds the limits, and with
-// ErrOutQueueFull if the out queue is at its bound.
+// m.Header.Seq and m.Header.AckSeq. The caller must not modify m or its
+// buffers afterwards: a lossless session keeps m until the peer has
+// acknowledged it. Send fails with ErrClosed (wrapping the reason) once
+// the connection has closed, with ErrTooLarge if m exceeds the limits, and
+// with ErrOutQueueFull if the out queue is at its bound.
 func (c *Conn) Send(m *msg.Message) error {
 	lim := c.m.cfg.Limits
 	if n := m.Len(); uint64(n) > uint64(lim.MaxMessage) || uint64(m.Data.Len()) > uint64(lim.MaxSegment) ||
@@ -198,11 +228,8 @@ func (c *Conn) Send(m *msg.Message) error {
 		return ErrOutQueueFull
 	}
 	c.outq.push(m)
-	open := c.state == stateOpen
 	c.mu.Unlock()
-	if open {
-		c.poke()
-	}
+	c.poke()
 	return nil
 }
 
@@ -225,15 +252,12 @@ func (c *Conn) SendKeepalive() {
 	c.mu.Lock()
 	c.sendKA = true
 	c.lastKASent = time.Now()
-	open := c.state == stateOpen
 	c.mu.Unlock()
-	if open {
-		c.poke()
-	}
+	c.poke()
 }
 
-// MarkDown closes the connection now, dropping queued messages, without
-// delivering a reset event (Ceph's mark_down).
+// MarkDown closes the connection now, dropping its session and queued
+// messages, without delivering a reset event (Ceph's mark_down).
 func (c *Conn) MarkDown() { c.close(ErrMarkedDown, false) }
 
 func (c *Conn) poke() {
@@ -243,9 +267,9 @@ func (c *Conn) poke() {
 	}
 }
 
-// close moves the connection to closed. notify says whether dispatchers
-// hear about it (a lossy fault does; a local mark-down or shutdown does
-// not).
+// close moves the connection to closed for good. notify says whether
+// dispatchers hear about it (a lossy fault does; a local mark-down or
+// shutdown does not).
 func (c *Conn) close(reason error, notify bool) {
 	c.mu.Lock()
 	if c.state == stateClosed {
@@ -256,11 +280,14 @@ func (c *Conn) close(reason error, notify bool) {
 	c.state = stateClosed
 	c.err = reason
 	if errors.Is(reason, ErrMarkedDown) || errors.Is(reason, ErrShutdown) {
-		c.markedDown = true
 		notify = false
 	}
 	c.outq.drain()
-	nc := c.nc
+	clear(c.replay)
+	clear(c.sent)
+	c.replay, c.sent = nil, nil
+	r := c.run
+	c.run = nil
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)
@@ -268,47 +295,147 @@ func (c *Conn) close(reason error, notify bool) {
 	c.mu.Unlock()
 
 	c.cancel()
-	if nc != nil {
-		_ = nc.Close()
+	close(c.done)
+	if r != nil {
+		r.fail(reason)
 	}
 	c.m.removeConn(c)
-	if notify && c.m.ctx.Err() == nil {
-		if wasOpen {
-			c.m.queueEvent(itemReset, c)
-		} else if c.outgoing {
-			c.m.queueEvent(itemRefused, c)
-		}
+	if notify && c.m.ctx.Err() == nil && wasOpen {
+		c.m.queueEvent(itemReset, c)
 	}
-	if notify || wasOpen {
-		c.m.log.Debug("connection closed", "conn", c.id, "peer", c.PeerName().String(), "reason", reason)
-	}
+	c.m.log.Debug("connection closed", "conn", c.id, "peer", c.PeerName().String(), "reason", reason)
 }
 
-// fault is called by the connection's goroutines on an I/O or protocol
-// error. On a lossy connection it closes the connection and tells the
-// dispatchers.
-func (c *Conn) fault(err error) {
-	if c.ctx.Err() == nil {
+// socketRun is one socket carrying a connection: its engine, and the
+// reader and writer goroutines working on it.
+type socketRun struct {
+	nc   net.Conn
+	e    *msgr2.Engine
+	stop chan struct{} // closed by fail: the writer stops
+	done chan struct{} // closed when reader and writer have exited
+
+	once sync.Once
+	err  error // why it failed (set before the socket is closed)
+}
+
+// fail records why the socket is being dropped and closes it; the reader
+// and writer then stop.
+func (r *socketRun) fail(err error) {
+	r.once.Do(func() {
+		r.err = err
+		close(r.stop)
+		_ = r.nc.Close()
+	})
+}
+
+// reason returns the recorded failure, or err if none was recorded.
+func (r *socketRun) reason(err error) error {
+	r.fail(err)
+	return r.err
+}
+
+func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
+	return &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// socketFailed is called (by the reader, once its writer has stopped)
+// when run r has ended. A lossy connection closes; a lossless one requeues
+// what the peer has not acknowledged and waits for a new socket.
+func (c *Conn) socketFailed(r *socketRun, err error) {
+	c.mu.Lock()
+	if c.run != r || c.state == stateClosed {
+		// Superseded by a newer socket, or closed already.
+		c.mu.Unlock()
+		return
+	}
+	c.run = nil
+	if c.policy.Lossy {
+		c.mu.Unlock()
 		var pe *msgr2.Error
 		if errors.As(err, &pe) {
 			c.m.log.Warn("closing connection on protocol error", "conn", c.id, "peer", c.PeerName().String(), "err", err)
-		} else {
-			c.m.log.Debug("connection fault", "conn", c.id, "peer", c.PeerName().String(), "err", err)
 		}
+		c.close(err, true)
+		return
 	}
-	c.close(err, true)
+	c.requeueLocked()
+	if c.serverCookie != 0 {
+		c.connectSeq++
+	}
+	if c.outgoing && !c.policy.Server {
+		c.state = stateConnecting
+	} else {
+		c.state = stateStandby
+	}
+	c.mu.Unlock()
+	var pe *msgr2.Error
+	if errors.As(err, &pe) {
+		c.m.log.Warn("protocol error; session kept for reconnect", "conn", c.id, "peer", c.PeerName().String(), "err", err)
+	} else {
+		c.m.log.Debug("socket fault; session kept for reconnect", "conn", c.id, "peer", c.PeerName().String(), "err", err)
+	}
+	c.poke()
+}
+
+// requeueLocked moves the unacknowledged messages back in front of
+// whatever is still waiting to be replayed (Ceph's requeue_sent).
+func (c *Conn) requeueLocked() {
+	if len(c.sent) == 0 {
+		return
+	}
+	n := make([]*msg.Message, 0, len(c.sent)+len(c.replay))
+	n = append(n, c.sent...)
+	n = append(n, c.replay...)
+	clear(c.sent)
+	c.sent = c.sent[:0]
+	c.replay = n
+}
+
+// discardAckedLocked drops sent and requeued messages the peer has
+// received (seq <= upTo).
+func (c *Conn) discardAckedLocked(upTo uint64) {
+	i := 0
+	for i < len(c.sent) && c.sent[i].Header.Seq <= upTo {
+		c.sent[i] = nil
+		i++
+	}
+	if i > 0 {
+		c.sent = append(c.sent[:0], c.sent[i:]...)
+	}
+	i = 0
+	for i < len(c.replay) && c.replay[i].Header.Seq <= upTo {
+		c.replay[i] = nil
+		i++
+	}
+	if i > 0 {
+		c.replay = append(c.replay[:0], c.replay[i:]...)
+	}
+}
+
+// resetSessionLocked forgets the session (Ceph's reset_session): queued,
+// sent and requeued messages are dropped and numbering restarts.
+func (c *Conn) resetSessionLocked() {
+	c.outq.drain()
+	clear(c.replay)
+	clear(c.sent)
+	c.replay, c.sent = c.replay[:0], c.sent[:0]
+	c.outSeq = 0
+	c.inSeq.Store(0)
+	c.serverCookie, c.connectSeq, c.peerGlobalSeq = 0, 0, 0
+	c.clientCookie = 0
 }
 
 func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	c.mu.Lock()
 	open := c.state == stateOpen
+	r := c.run
 	dueKA := open && interval > 0 && now.Sub(c.lastKASent) >= interval
 	c.mu.Unlock()
-	if !open {
+	if !open || r == nil {
 		return
 	}
 	if timeout > 0 && now.UnixNano()-c.lastRecv.Load() > int64(timeout) {
-		c.fault(ErrKeepaliveTimeout)
+		r.fail(ErrKeepaliveTimeout)
 		return
 	}
 	if dueKA {
@@ -316,443 +443,25 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	}
 }
 
-// runOutgoing dials, runs the handshake as client, then reads until the
-// connection fails.
-func (c *Conn) runOutgoing() {
-	m := c.m
-	defer m.wg.Done()
-	defer close(c.done)
-
-	ctx, cancel := context.WithTimeout(c.ctx, m.cfg.HandshakeTimeout)
-	nc, err := m.cfg.Transports.Dial(ctx, c.target.String())
-	cancel()
-	if err != nil {
-		c.fault(err)
-		return
-	}
+func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 	c.mu.Lock()
-	if c.state == stateClosed {
-		c.mu.Unlock()
-		_ = nc.Close()
-		return
+	defer c.mu.Unlock()
+	st := msgr2.SessionState{
+		Exists:       true,
+		Closed:       c.state == stateClosed,
+		Replacing:    c.replacing,
+		Lossy:        c.policy.Lossy,
+		Server:       c.policy.Server,
+		ResetCheck:   c.policy.ResetCheck,
+		Open:         c.state == stateOpen || c.state == stateStandby,
+		ClientCookie: c.clientCookie,
+		ServerCookie: c.serverCookie,
+		PeerGlobal:   c.peerGlobalSeq,
+		ConnectSeq:   c.connectSeq,
+		MyAddr:       myAddr,
 	}
-	c.nc = nc
-	lossy := c.policy.Lossy
-	c.mu.Unlock()
-
-	target := remoteEntityAddr(nc, c.target.Nonce)
-	cfg := msgr2.Config{
-		Role:       msgr2.Client,
-		MyName:     m.cfg.Name,
-		MyAuthName: msg.AuthName{Type: m.cfg.Name.Type, ID: m.cfg.AuthID},
-		MyAddrs:    m.Addrs(),
-		Nonce:      m.cfg.Nonce,
-		PeerAddr:   target,
-		Supported:  m.cfg.Supported,
-		Required:   m.cfg.Required,
-		Lossy:      lossy,
-		GlobalSeq:  m.globalSeq.Add(1),
-		Limits:     m.cfg.Limits,
+	if a, ok := c.peerAddrs.Msgr2(); ok {
+		st.PeerAddr = a
 	}
-	if !lossy {
-		cfg.ClientCookie = randomCookie()
-	}
-	e := msgr2.NewEngine(cfg)
-	c.serve(nc, e)
-}
-
-// runIncoming runs the handshake as server on an accepted socket, then
-// reads until the connection fails.
-func (c *Conn) runIncoming(nc net.Conn) {
-	m := c.m
-	defer m.wg.Done()
-	defer close(c.done)
-	c.mu.Lock()
-	c.nc = nc
-	c.mu.Unlock()
-	cfg := msgr2.Config{
-		Role:      msgr2.Server,
-		MyName:    m.cfg.Name,
-		MyAddrs:   m.Addrs(),
-		Nonce:     m.cfg.Nonce,
-		PeerAddr:  remoteEntityAddr(nc, 0),
-		Supported: m.cfg.Supported,
-		Required:  m.cfg.Required,
-		GlobalID:  m.globalID.Add(1),
-		Limits:    m.cfg.Limits,
-	}
-	e := msgr2.NewEngine(cfg)
-	c.serve(nc, e)
-}
-
-func remoteEntityAddr(nc net.Conn, nonce uint32) msg.EntityAddr {
-	a := msg.EntityAddr{Type: msg.AddrMsgr2, Nonce: nonce}
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		a.IP = ta.AddrPort()
-		if a.IP.Addr().Is4In6() {
-			a.IP = netipUnmap(a.IP)
-		}
-	}
-	return a
-}
-
-func randomCookie() uint64 {
-	var b [8]byte
-	for {
-		if _, err := io.ReadFull(cryptoRand, b[:]); err == nil {
-			if v := leUint64(b[:]); v != 0 {
-				return v
-			}
-		}
-	}
-}
-
-// readBufSize is the size of the buffered reader in front of the socket:
-// small frames are parsed from it without a system call each.
-const readBufSize = 64 << 10
-
-// serve runs the handshake and then the read loop on the calling
-// goroutine; the writer runs on its own goroutine once the connection is
-// open.
-func (c *Conn) serve(nc net.Conn, e *msgr2.Engine) {
-	m := c.m
-	if m.cfg.HandshakeTimeout > 0 {
-		_ = nc.SetDeadline(time.Now().Add(m.cfg.HandshakeTimeout))
-	}
-	br := bufio.NewReaderSize(nc, readBufSize)
-	e.Start()
-	if _, err := nc.Write(e.Output()); err != nil {
-		c.fault(err)
-		return
-	}
-	var scratch []byte
-	for !e.Ready() {
-		n, _ := e.Need()
-		if n == 0 {
-			c.fault(errors.New("msgr: handshake stalled"))
-			return
-		}
-		if cap(scratch) < n {
-			scratch = make([]byte, n)
-		}
-		buf := scratch[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
-			c.fault(handshakeErr(err))
-			return
-		}
-		evs, err := e.Feed(buf)
-		if err != nil {
-			// Send what the engine queued (a refusal) before closing.
-			if out := e.Output(); len(out) > 0 {
-				_, _ = nc.Write(out)
-			}
-			c.fault(err)
-			return
-		}
-		for _, ev := range evs {
-			switch ev.Kind {
-			case msgr2.EvClientIdent:
-				c.setPeer(e)
-				if err := m.accepted(c, e); err != nil {
-					c.fault(err)
-					return
-				}
-			case msgr2.EvWait:
-				c.fault(ErrWait)
-				return
-			}
-		}
-		if out := e.Output(); len(out) > 0 {
-			if _, err := nc.Write(out); err != nil {
-				c.fault(err)
-				return
-			}
-		}
-	}
-	_ = nc.SetDeadline(time.Time{})
-	c.setPeer(e)
-
-	c.mu.Lock()
-	if c.state == stateClosed {
-		c.mu.Unlock()
-		return
-	}
-	c.state = stateOpen
-	c.everReady = true
-	c.lastKASent = time.Now()
-	if !c.readyClosed {
-		c.readyClosed = true
-		close(c.readyCh)
-	}
-	c.mu.Unlock()
-	c.lastRecv.Store(time.Now().UnixNano())
-	if c.outgoing {
-		m.queueEvent(itemConnect, c)
-	} else {
-		m.queueEvent(itemAccept, c)
-	}
-
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop(nc, e)
-	}()
-	c.poke()
-	c.readLoop(br, e)
-	<-writerDone
-}
-
-func handshakeErr(err error) error {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return ErrHandshakeTimeout
-	}
-	return err
-}
-
-func (c *Conn) setPeer(e *msgr2.Engine) {
-	p := e.Peer()
-	c.mu.Lock()
-	c.peerName = p.Name
-	c.peerAddrs = p.Addrs
-	c.features = p.Features
-	c.mu.Unlock()
-}
-
-// readLoop reads frames until the connection fails, throttles what it
-// receives and hands it to the dispatchers.
-//
-// Budget is taken before a message body is allocated, sized from the
-// preamble (message count, then bytes, then dispatch bytes, as Ceph
-// does): a peer cannot make the messenger hold more memory than the
-// throttles allow, and waiting for budget stops this connection's reads,
-// which is the back-pressure a slow consumer exerts on its senders.
-func (c *Conn) readLoop(br *bufio.Reader, e *msgr2.Engine) {
-	m := c.m
-	var scratch []byte
-	for {
-		n, retain := e.Need()
-		var buf []byte
-		var held int64 // throttle budget taken for this frame
-		var recvStamp time.Time
-		if retain {
-			recvStamp = time.Now()
-			if err := c.takeBudget(int64(n)); err != nil {
-				c.fault(err)
-				return
-			}
-			held = int64(n)
-			buf = make([]byte, n)
-		} else {
-			if cap(scratch) < n {
-				scratch = make([]byte, n)
-			}
-			buf = scratch[:n]
-		}
-		if _, err := io.ReadFull(br, buf); err != nil {
-			c.putBudget(held)
-			c.fault(err)
-			return
-		}
-		now := time.Now()
-		c.lastRecv.Store(now.UnixNano())
-		evs, err := e.Feed(buf)
-		if err != nil {
-			c.putBudget(held)
-			c.fault(err)
-			return
-		}
-		for i := range evs {
-			ev := &evs[i]
-			switch ev.Kind {
-			case msgr2.EvMessage:
-				if ev.Dropped {
-					m.log.Debug("dropping duplicate message", "conn", c.id, "seq", ev.Seq, "in_seq", e.InSeq())
-					continue
-				}
-				if ev.Skipped > 0 {
-					m.log.Warn("sequence gap", "conn", c.id, "seq", ev.Seq, "skipped", ev.Skipped)
-				}
-				c.inSeq.Store(ev.Seq)
-				mm := ev.Msg
-				mm.RecvStamp = recvStamp
-				mm.RecvCompleteStamp = now
-				mm.ThrottleStamp = recvStamp
-				mm.Conn = c
-				err := c.deliver(mm, held)
-				held = 0
-				if err != nil {
-					c.fault(err)
-					return
-				}
-			case msgr2.EvAck:
-				// Lossless sessions trim their sent list here.
-			case msgr2.EvKeepalive:
-				c.lastKeepalive.Store(now.UnixNano())
-				c.mu.Lock()
-				c.sendKAAck = true
-				c.kaAckStamp = ev.Stamp
-				c.mu.Unlock()
-				c.poke()
-			case msgr2.EvKeepaliveAck:
-				c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
-			}
-		}
-		c.putBudget(held) // a dropped duplicate
-	}
-}
-
-// takeBudget takes one message and size bytes from the policy throttles
-// and size bytes from the dispatch throttle, in Ceph's order, waiting as
-// long as the connection is open.
-func (c *Conn) takeBudget(size int64) error {
-	p := &c.policy
-	if err := p.ThrottleMessages.Get(c.ctx, 1); err != nil {
-		return err
-	}
-	if err := p.ThrottleBytes.Get(c.ctx, size); err != nil {
-		p.ThrottleMessages.Put(1)
-		return err
-	}
-	if err := c.m.dispatch.Get(c.ctx, size); err != nil {
-		p.ThrottleBytes.Put(size)
-		p.ThrottleMessages.Put(1)
-		return err
-	}
-	return nil
-}
-
-// putBudget returns what takeBudget took (nothing if size is 0).
-func (c *Conn) putBudget(size int64) {
-	if size == 0 {
-		return
-	}
-	c.m.release(dispatchItem{kind: itemMessage, c: c, bytes: size})
-}
-
-// deliver fast-dispatches a received message or queues it for the
-// dispatch goroutine; budget is the throttle budget it holds, returned
-// once it has been dispatched.
-func (c *Conn) deliver(mm *msg.Message, budget int64) error {
-	m := c.m
-	it := dispatchItem{kind: itemMessage, c: c, m: mm, bytes: budget}
-	for _, d := range *m.dispatchers.Load() {
-		if fd, ok := d.(FastDispatcher); ok && fd.CanFastDispatch(mm) {
-			mm.DispatchStamp = time.Now()
-			fd.FastDispatch(mm)
-			m.release(it)
-			return nil
-		}
-	}
-	if err := m.dq.Enqueue(c.ctx, c.id, uint16(mm.Header.Priority), int(budget), it); err != nil {
-		m.release(it)
-		return err
-	}
-	return nil
-}
-
-// Coalescing: payload buffers smaller than copyMax are copied into the
-// write buffer; larger ones are handed to writev as they are. A batch
-// stops growing at batchBytes.
-const (
-	copyMax    = 16 << 10
-	batchBytes = 1 << 20
-	keepBuf    = 4 << 20 // a write buffer grown past this is dropped after use
-)
-
-// writeLoop drains the out queue: it encodes every queued message and
-// control frame into one buffer (large data segments by reference) and
-// writes the lot with one write or writev.
-func (c *Conn) writeLoop(nc net.Conn, e *msgr2.Engine) {
-	var (
-		wbuf  []byte
-		iov   net.Buffers
-		batch []*msg.Message
-		mf    msgr2.MessageFrame
-	)
-	rev1 := e.Rev1()
-	for {
-		select {
-		case <-c.wake:
-		case <-c.ctx.Done():
-			return
-		}
-		for {
-			c.mu.Lock()
-			if c.state != stateOpen {
-				c.mu.Unlock()
-				return
-			}
-			batch = c.outq.popBatch(batch[:0], batchBytes)
-			ka, kaAck, stamp, ack := c.sendKA, c.sendKAAck, c.kaAckStamp, c.ackPending
-			c.sendKA, c.sendKAAck, c.ackPending = false, false, false
-			lossy := c.policy.Lossy
-			c.mu.Unlock()
-			if len(batch) == 0 && !ka && !kaAck && !ack {
-				break
-			}
-			wbuf = wbuf[:0]
-			iov = iov[:0]
-			mark := 0 // start of wbuf not yet in iov
-			inSeq := c.inSeq.Load()
-			if kaAck {
-				wbuf = e.AppendKeepaliveAck(wbuf, stamp)
-			}
-			if ka {
-				now := time.Now()
-				wbuf = e.AppendKeepalive(wbuf, msgr2.Stamp{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
-			}
-			if ack && len(batch) == 0 {
-				wbuf = e.AppendAck(wbuf, inSeq)
-			}
-			for _, mm := range batch {
-				c.outSeq++
-				mm.Header.Seq = c.outSeq
-				mm.Header.AckSeq = inSeq
-				h := &mm.Header
-				mf = msgr2.MessageFrame{
-					Header: msgr2.Header2{
-						Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
-						Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
-						Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
-					},
-					Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
-				}
-				wbuf = mf.AppendHead(wbuf, rev1)
-				for _, p := range mm.Data {
-					if len(p) < copyMax {
-						wbuf = append(wbuf, p...)
-						continue
-					}
-					if len(wbuf) > mark {
-						iov = append(iov, wbuf[mark:])
-					}
-					iov = append(iov, p)
-					mark = len(wbuf)
-				}
-				wbuf = mf.AppendTail(wbuf, rev1)
-			}
-			var err error
-			if len(iov) == 0 {
-				_, err = nc.Write(wbuf)
-			} else {
-				if len(wbuf) > mark {
-					iov = append(iov, wbuf[mark:])
-				}
-				_, err = iov.WriteTo(nc)
-			}
-			clear(iov[:cap(iov)])
-			if err != nil {
-				c.fault(err)
-				return
-			}
-			if lossy {
-				// Nothing to keep: a lossy session never replays.
-				clear(batch)
-			}
-			if cap(wbuf) > keepBuf {
-				wbuf = nil
-			}
-		}
-	}
+	return st
 }

@@ -178,7 +178,9 @@ func (q *DispatchQueue[T]) Enqueue(ctx context.Context, owner uint64, prio uint1
 // EnqueueFront items of the same owner and priority (so events stay in
 // order). It never blocks and ignores the bound; it is meant for the
 // messenger's connect, accept and reset events, which Ceph queues strict at
-// priority 255. After Close, v is discarded.
+// priority 255 under owner 0 (connection ids start at 1), behind earlier
+// events and round robin with the connections' messages at 255. After
+// Close, v is discarded, as Ceph drops events once its queue is stopped.
 func (q *DispatchQueue[T]) EnqueueFront(owner uint64, prio uint16, v T) {
 	q.mu.Lock()
 	if !q.closed {

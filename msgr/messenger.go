@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
-	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/transport"
 )
 
@@ -54,7 +53,7 @@ type Messenger struct {
 	myAddrs       msg.AddrVec
 	conns         map[*Conn]struct{}
 	outgoing      map[string]*Conn // by dial address
-	registered    map[string]*Conn // incoming, by peer address (RegisterLossyClients)
+	sessions      map[string]*Conn // by the peer's msgr2 address: the session rules' lookup
 	stoppedCh     chan struct{}
 
 	dispatchers atomic.Pointer[[]Dispatcher]
@@ -89,7 +88,7 @@ func New(cfg Config) (*Messenger, error) {
 		policies:      make(map[msg.EntityType]Policy),
 		conns:         make(map[*Conn]struct{}),
 		outgoing:      make(map[string]*Conn),
-		registered:    make(map[string]*Conn),
+		sessions:      make(map[string]*Conn),
 		stoppedCh:     make(chan struct{}),
 		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
 		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
@@ -287,9 +286,47 @@ func (m *Messenger) Connect(addr string) (*Conn, error) {
 	c.target = ta
 	c.targetKey = key
 	m.outgoing[key] = c
+	if ea, err := msg.ParseEntityAddr(addr); err == nil && !ea.IsZero() && ta.Scheme == "tcp" && ea.Nonce == ta.Nonce {
+		// Known in advance under the peer's address, so that a connection
+		// race with the same peer finds this session.
+		if k := ea.String(); m.sessions[k] == nil {
+			m.sessions[k] = c
+			c.regKey = k
+		}
+	}
 	m.wg.Add(1)
 	go c.runOutgoing()
 	return c, nil
+}
+
+// registerOutgoingSession files an outgoing connection under the address
+// the peer advertised in its SERVER_IDENT once the handshake is done.
+func (m *Messenger) registerOutgoingSession(c *Conn) {
+	k := m.sessionKey(c.PeerAddrs())
+	if k == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.regKey != "" && c.regKey != k && m.sessions[c.regKey] == c {
+		delete(m.sessions, c.regKey)
+	}
+	if ex := m.sessions[k]; ex == nil || ex == c || ex.isClosed() {
+		m.sessions[k] = c
+		c.regKey = k
+	}
+}
+
+// globalSeqAbove returns a global sequence number above both seq and any
+// handed out before (Ceph's get_global_seq(old)).
+func (m *Messenger) globalSeqAbove(seq uint64) uint64 {
+	for {
+		cur := m.globalSeq.Load()
+		next := max(cur, seq) + 1
+		if m.globalSeq.CompareAndSwap(cur, next) {
+			return next
+		}
+	}
 }
 
 // ConnectType is Connect with the expected peer type, which selects the
@@ -355,8 +392,8 @@ func (m *Messenger) removeConn(c *Conn) {
 	if c.targetKey != "" && m.outgoing[c.targetKey] == c {
 		delete(m.outgoing, c.targetKey)
 	}
-	if c.regKey != "" && m.registered[c.regKey] == c {
-		delete(m.registered, c.regKey)
+	if c.regKey != "" && m.sessions[c.regKey] == c {
+		delete(m.sessions, c.regKey)
 	}
 	m.mu.Unlock()
 }
@@ -391,41 +428,10 @@ func (m *Messenger) acceptLoop(l transport.Listener) {
 			_ = nc.Close()
 			return
 		}
-		c := m.newConn(false, m.defaultPolicy)
 		m.wg.Add(1)
 		m.mu.Unlock()
-		go c.runIncoming(nc)
+		go m.serveIncoming(nc)
 	}
-}
-
-// accepted is called on the incoming connection's goroutine when the
-// client has identified itself. It applies the peer type's policy,
-// registers the connection (replacing an older lossy one from the same
-// peer) and answers SERVER_IDENT.
-func (m *Messenger) accepted(c *Conn, e *msgr2.Engine) error {
-	peer := e.Peer()
-	m.mu.Lock()
-	if m.stopped {
-		m.mu.Unlock()
-		return ErrShutdown
-	}
-	p := m.policyLocked(peer.Name.Type)
-	var old *Conn
-	if a, ok := peer.Addrs.Msgr2(); ok && (p.RegisterLossyClients || !p.Lossy) {
-		key := a.String()
-		old = m.registered[key]
-		m.registered[key] = c
-		c.regKey = key
-	}
-	m.mu.Unlock()
-	c.mu.Lock()
-	c.policy = p
-	c.mu.Unlock()
-	if old != nil && old != c {
-		// A newer connection from the same peer replaces a lossy one.
-		old.close(ErrReplaced, true)
-	}
-	return e.Accept(m.globalSeq.Add(1), 0, p.Lossy)
 }
 
 type itemKind uint8
@@ -443,7 +449,8 @@ type dispatchItem struct {
 	kind  itemKind
 	c     *Conn
 	m     *msg.Message
-	bytes int64 // throttle budget to return after dispatch
+	pol   *Policy // whose throttles the budget came from
+	bytes int64   // throttle budget to return after dispatch
 }
 
 func (m *Messenger) queueEvent(kind itemKind, c *Conn) {
@@ -523,8 +530,8 @@ func (m *Messenger) release(it dispatchItem) {
 		return
 	}
 	m.dispatch.Put(it.bytes)
-	it.c.policy.ThrottleBytes.Put(it.bytes)
-	it.c.policy.ThrottleMessages.Put(1)
+	it.pol.ThrottleBytes.Put(it.bytes)
+	it.pol.ThrottleMessages.Put(1)
 }
 
 // timerLoop sends keepalives and faults silent connections.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -20,7 +21,13 @@ import (
 
 const testType = 0x7001 // a message type no Ceph daemon uses
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quietLogger discards logs unless FERRY_TEST_LOG=debug.
+func quietLogger() *slog.Logger {
+	if os.Getenv("FERRY_TEST_LOG") == "debug" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // echoServer starts a messenger that answers every message with a copy of
 // its front and data, at the same priority, with the same tid.
@@ -178,7 +185,22 @@ func TestEcho(t *testing.T) {
 // must leave highest priority first and FIFO within a priority.
 func TestPriorityOrder(t *testing.T) {
 	reg := transport.NewRegistry(inproc.NewNetwork())
-	s := echoServer(t, reg, "inproc://prio", msgr.Config{})
+	// The server accepts nothing until every message is queued.
+	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: reg, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetDefaultPolicy(msgr.StatelessServer())
+	s.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		r := msg.New(m.Header.Type)
+		r.Header.Tid = m.Header.Tid
+		_ = m.Conn.Send(r)
+		return true
+	}))
+	if err := s.Bind("inproc://prio"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
 	c, col := newClient(t, reg, msgr.Config{})
 	conn, err := c.Connect(s.ListenAddrs()[0])
 	if err != nil {
@@ -192,6 +214,9 @@ func TestPriorityOrder(t *testing.T) {
 		if err := conn.Send(m); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
 	}
 	var got []uint64
 	for range prios {

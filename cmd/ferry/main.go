@@ -62,6 +62,12 @@ func init() {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, restore the default handling so that a
+	// second one ends the process even if shutting down hangs.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
 	code := run(ctx, e, os.Args[1:])
 	stop()

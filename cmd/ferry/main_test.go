@@ -78,7 +78,7 @@ type serveProc struct {
 	cmd    *exec.Cmd
 	addr   string
 	stderr *syncBuffer
-	done   chan error
+	exited chan struct{} // closed when the process has been waited for
 }
 
 // startServe starts `ferry serve` on a free loopback port and returns once
@@ -92,7 +92,7 @@ func startServe(t *testing.T, extra ...string) *serveProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &serveProc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -102,11 +102,12 @@ func startServe(t *testing.T, extra ...string) *serveProc {
 		line, _ := bufio.NewReader(stdout).ReadString('\n')
 		lines <- line
 		_, _ = io.Copy(io.Discard, stdout)
-		p.done <- cmd.Wait()
+		_ = cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		<-p.exited
 	})
 	select {
 	case line := <-lines:
@@ -129,7 +130,7 @@ func (p *serveProc) stop(t *testing.T) int {
 		t.Fatalf("SIGTERM: %v", err)
 	}
 	select {
-	case <-p.done:
+	case <-p.exited:
 		return p.cmd.ProcessState.ExitCode()
 	case <-time.After(15 * time.Second):
 		t.Fatalf("serve did not exit within 15s of SIGTERM; stderr:\n%s", p.stderr.String())

@@ -1,6 +1,8 @@
 package msgr2
 
 import (
+	"net/netip"
+
 	"github.com/ferrymsg/ferry/msg"
 )
 
@@ -524,9 +526,14 @@ func (e *Engine) myAddrs() msg.AddrVec {
 	if len(e.cfg.MyAddrs) > 0 {
 		return e.cfg.MyAddrs
 	}
+	// As Ceph clients do: the IP the server sees, port 0 (we do not
+	// listen), our nonce.
 	a := e.peer.MyAddr
 	a.Type = msg.AddrAny
 	a.Nonce = e.cfg.Nonce
+	if a.IP.IsValid() {
+		a.IP = netip.AddrPortFrom(a.IP.Addr(), 0)
+	}
 	return msg.AddrVec{a}
 }
 

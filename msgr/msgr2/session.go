@@ -30,12 +30,12 @@ type ReconnectAction uint8
 
 // Reconnect actions.
 const (
-	ReconnectResetFull  ReconnectAction = iota + 1 // SESSION_RESET(full): no such session
-	ReconnectReset                                 // SESSION_RESET(not full): start over, keep nothing
-	ReconnectRetryGlobal                           // SESSION_RETRY_GLOBAL(existing peer global_seq)
-	ReconnectRetry                                 // SESSION_RETRY(existing connect_seq)
-	ReconnectWait                                  // WAIT: our own connection wins the race
-	ReconnectReuse                                 // resume: the session takes over this socket
+	ReconnectResetFull   ReconnectAction = iota + 1 // SESSION_RESET(full): no such session
+	ReconnectReset                                  // SESSION_RESET(not full): start over, keep nothing
+	ReconnectRetryGlobal                            // SESSION_RETRY_GLOBAL(existing peer global_seq)
+	ReconnectRetry                                  // SESSION_RETRY(existing connect_seq)
+	ReconnectWait                                   // WAIT: our own connection wins the race
+	ReconnectReuse                                  // resume: the session takes over this socket
 )
 
 func (a ReconnectAction) String() string {

@@ -1,0 +1,582 @@
+package msgr
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// errDropIncoming closes an incoming socket that lost to an existing
+// connection.
+var errDropIncoming = errors.New("msgr: incoming connection dropped in favour of an existing one")
+
+// runOutgoing is the connector of an outgoing connection (the client side
+// of a session): it dials, runs the handshake (resuming the session when
+// it has one), runs the socket until it fails, and for a lossless policy
+// reconnects with backoff, or waits in standby until there is something to
+// send.
+func (c *Conn) runOutgoing() {
+	m := c.m
+	defer m.wg.Done()
+	var backoff time.Duration
+	for {
+		if !c.waitToConnect() {
+			return
+		}
+		if backoff > 0 {
+			if !c.sleep(backoff) {
+				return
+			}
+		}
+		err := c.connectOnce()
+		if c.isClosed() {
+			return
+		}
+		if err == nil {
+			// The socket ran and failed; reconnect at once the first time.
+			backoff = 0
+			c.reconnects.Add(1)
+			continue
+		}
+		if c.Policy().Lossy {
+			if errors.Is(err, transport.ErrRefused) {
+				m.queueEvent(itemRefused, c)
+			}
+			c.close(err, true)
+			return
+		}
+		if errors.Is(err, transport.ErrRefused) {
+			m.queueEvent(itemRefused, c)
+		}
+		switch {
+		case errors.Is(err, ErrWait):
+			backoff = m.cfg.MaxBackoff
+		case backoff == 0:
+			backoff = m.cfg.InitialBackoff
+		default:
+			backoff = min(2*backoff, m.cfg.MaxBackoff)
+		}
+		m.log.Debug("connect failed", "conn", c.id, "target", c.target.String(), "err", err, "retry_in", backoff)
+	}
+}
+
+// waitToConnect returns false once the connection is closed. A lossless
+// connection whose policy has standby waits while it has nothing to send.
+func (c *Conn) waitToConnect() bool {
+	for {
+		c.mu.Lock()
+		st := c.state
+		idle := c.outq.n == 0 && len(c.replay) == 0 && c.everReady && c.policy.Standby
+		if st != stateClosed && idle {
+			c.state = stateStandby
+		} else if st == stateStandby {
+			c.state = stateConnecting
+		}
+		c.mu.Unlock()
+		if st == stateClosed {
+			return false
+		}
+		if !idle {
+			return true
+		}
+		select {
+		case <-c.wake:
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+}
+
+func (c *Conn) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// connectOnce makes one connection attempt. It returns nil if a socket
+// was established and has since failed, or the error that prevented it.
+func (c *Conn) connectOnce() error {
+	m := c.m
+	ctx, cancel := context.WithTimeout(c.ctx, m.cfg.HandshakeTimeout)
+	nc, err := m.cfg.Transports.DialAddr(ctx, c.target)
+	cancel()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	lossy := c.policy.Lossy
+	if !lossy && c.clientCookie == 0 {
+		c.clientCookie = randomCookie()
+	}
+	cfg := msgr2.Config{
+		Role:         msgr2.Client,
+		MyName:       m.cfg.Name,
+		MyAuthName:   msg.AuthName{Type: m.cfg.Name.Type, ID: m.cfg.AuthID},
+		MyAddrs:      m.Addrs(),
+		Nonce:        m.cfg.Nonce,
+		PeerAddr:     remoteEntityAddr(nc, c.target.Nonce),
+		Supported:    m.cfg.Supported,
+		Required:     m.cfg.Required,
+		Lossy:        lossy,
+		ClientCookie: c.clientCookie,
+		GlobalSeq:    m.globalSeq.Add(1),
+		Limits:       m.cfg.Limits,
+	}
+	if !lossy && c.serverCookie != 0 {
+		cfg.ServerCookie = c.serverCookie
+		cfg.ConnectSeq = c.connectSeq
+		cfg.InSeq = c.inSeq.Load()
+	}
+	c.mu.Unlock()
+
+	e := msgr2.NewEngine(cfg)
+	br := bufio.NewReaderSize(nc, readBufSize)
+	if _, err := handshake(m, nc, br, e, c.clientEvent); err != nil {
+		_ = nc.Close()
+		return err
+	}
+	r := newRun(nc, e)
+	c.mu.Lock()
+	if old := c.run; old != nil && c.state != stateClosed {
+		// An incoming socket from the same peer carries the session
+		// already (a connection race it won): drop ours.
+		c.mu.Unlock()
+		r.fail(ErrWait)
+		close(r.done)
+		return ErrWait
+	}
+	c.run = r
+	c.mu.Unlock()
+	c.runSocket(r, br)
+	return nil
+}
+
+// clientEvent handles the client side's handshake events.
+func (c *Conn) clientEvent(e *msgr2.Engine, ev *msgr2.Event) (*Conn, error) {
+	m := c.m
+	switch ev.Kind {
+	case msgr2.EvWait:
+		return nil, ErrWait
+	case msgr2.EvRetryGlobal:
+		return nil, e.RetryGlobal(m.globalSeqAbove(ev.Seq))
+	case msgr2.EvRetry:
+		c.mu.Lock()
+		c.connectSeq = e.ConnectSeq()
+		c.mu.Unlock()
+	case msgr2.EvSessionReset:
+		c.mu.Lock()
+		if ev.Full {
+			c.resetSessionLocked()
+			c.clientCookie = randomCookie()
+		} else {
+			c.serverCookie, c.connectSeq = 0, 0
+			c.inSeq.Store(0)
+		}
+		cookie := c.clientCookie
+		c.mu.Unlock()
+		if ev.Full {
+			m.queueEvent(itemRemoteReset, c)
+		}
+		return nil, e.ResetSession(cookie)
+	case msgr2.EvReconnected:
+		c.mu.Lock()
+		c.discardAckedLocked(ev.Seq)
+		c.mu.Unlock()
+	case msgr2.EvReady:
+		p := e.Peer()
+		c.mu.Lock()
+		c.serverCookie = p.Cookie
+		c.peerGlobalSeq = p.GlobalSeq
+		c.connectSeq = e.ConnectSeq()
+		c.mu.Unlock()
+	}
+	return nil, nil
+}
+
+// handshake runs the engine until it is ready, writing what it produces
+// and handing its events to handle, which may name the connection that
+// the socket will carry (the server side's choice of session). Shared by
+// both roles.
+func handshake(m *Messenger, nc net.Conn, br *bufio.Reader, e *msgr2.Engine, handle func(*msgr2.Engine, *msgr2.Event) (*Conn, error)) (*Conn, error) {
+	if m.cfg.HandshakeTimeout > 0 {
+		_ = nc.SetDeadline(time.Now().Add(m.cfg.HandshakeTimeout))
+	}
+	e.Start()
+	if _, err := nc.Write(e.Output()); err != nil {
+		return nil, err
+	}
+	var (
+		scratch []byte
+		chosen  *Conn
+	)
+	for !e.Ready() {
+		n, _ := e.Need()
+		if n == 0 {
+			return nil, errors.New("msgr: handshake stalled")
+		}
+		if cap(scratch) < n {
+			scratch = make([]byte, n)
+		}
+		buf := scratch[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return nil, handshakeErr(err)
+		}
+		evs, err := e.Feed(buf)
+		if err != nil {
+			// Send what the engine queued (a refusal) before closing.
+			if out := e.Output(); len(out) > 0 {
+				_, _ = nc.Write(out)
+			}
+			return nil, err
+		}
+		for i := range evs {
+			to, err := handle(e, &evs[i])
+			if to != nil {
+				chosen = to
+			}
+			if err != nil {
+				if out := e.Output(); len(out) > 0 {
+					_, _ = nc.Write(out)
+				}
+				return nil, err
+			}
+		}
+		if out := e.Output(); len(out) > 0 {
+			if _, err := nc.Write(out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return chosen, nil
+}
+
+func handshakeErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrHandshakeTimeout
+	}
+	return err
+}
+
+// serveIncoming runs the server side of the handshake on an accepted
+// socket; the messenger's session rules pick the connection the socket
+// will carry, and this goroutine then becomes that socket's reader.
+func (m *Messenger) serveIncoming(nc net.Conn) {
+	defer m.wg.Done()
+	cfg := msgr2.Config{
+		Role:      msgr2.Server,
+		MyName:    m.cfg.Name,
+		MyAddrs:   m.Addrs(),
+		Nonce:     m.cfg.Nonce,
+		PeerAddr:  remoteEntityAddr(nc, 0),
+		Supported: m.cfg.Supported,
+		Required:  m.cfg.Required,
+		GlobalID:  m.globalID.Add(1),
+		Limits:    m.cfg.Limits,
+	}
+	e := msgr2.NewEngine(cfg)
+	br := bufio.NewReaderSize(nc, readBufSize)
+	var (
+		run      *socketRun // set once a session took this socket over
+		attached *Conn      // that session
+	)
+	c, err := handshake(m, nc, br, e, func(e *msgr2.Engine, ev *msgr2.Event) (*Conn, error) {
+		var (
+			to  *Conn
+			err error
+		)
+		switch ev.Kind {
+		case msgr2.EvClientIdent:
+			to, err = m.onClientIdent(e, nc, &run)
+		case msgr2.EvReconnect:
+			to, err = m.onReconnect(e, nc, &run)
+		}
+		if to != nil {
+			attached = to
+		}
+		return to, err
+	})
+	if err != nil {
+		_ = nc.Close()
+		if run != nil && attached != nil {
+			attached.detach(run)
+		}
+		if m.ctx.Err() == nil && !errors.Is(err, errDropIncoming) && !errors.Is(err, ErrWait) {
+			var pe *msgr2.Error
+			if errors.As(err, &pe) {
+				m.log.Warn("closing incoming connection on protocol error", "remote", nc.RemoteAddr().String(), "err", err)
+			} else {
+				m.log.Debug("incoming handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			}
+		}
+		return
+	}
+	c.runSocket(run, br)
+}
+
+// detach undoes a takeover whose handshake then failed: the session goes
+// back to waiting for its peer.
+func (c *Conn) detach(r *socketRun) {
+	c.mu.Lock()
+	if c.run == r {
+		c.run = nil
+		if c.state != stateClosed && !c.policy.Lossy {
+			c.state = stateStandby
+		}
+	}
+	c.mu.Unlock()
+	r.fail(ErrClosed)
+	close(r.done)
+}
+
+func (m *Messenger) sessionKey(addrs msg.AddrVec) string {
+	if a, ok := addrs.Msgr2(); ok {
+		return a.String()
+	}
+	if len(addrs) > 0 {
+		return addrs[0].String()
+	}
+	return ""
+}
+
+func (m *Messenger) myAddr() msg.EntityAddr {
+	if a, ok := m.Addrs().Msgr2(); ok {
+		return a
+	}
+	return msg.EntityAddr{Type: msg.AddrAny, Nonce: m.cfg.Nonce}
+}
+
+// onClientIdent applies the session rules to a CLIENT_IDENT and answers it.
+func (m *Messenger) onClientIdent(e *msgr2.Engine, nc net.Conn, run **socketRun) (*Conn, error) {
+	m.injectInternalDelay()
+	ci := e.PendingIdent()
+	peer := e.Peer()
+	key := m.sessionKey(ci.Addrs)
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	p := m.policyLocked(peer.Name.Type)
+	register := !p.Lossy || p.RegisterLossyClients
+	ex := m.sessions[key]
+	st := msgr2.SessionState{}
+	if ex != nil && register {
+		st = ex.sessionState(m.myAddrLocked())
+	}
+	act := msgr2.DecideIdent(st, ci)
+	var c, old *Conn
+	remoteReset := false
+	switch act {
+	case msgr2.IdentClose:
+		m.mu.Unlock()
+		return nil, errDropIncoming
+	case msgr2.IdentWait:
+		m.mu.Unlock()
+		if err := e.Wait(); err != nil {
+			return nil, err
+		}
+		return nil, ErrWait
+	case msgr2.IdentNew, msgr2.IdentReplace:
+		old = ex
+		c = m.newConn(false, p)
+		if register && key != "" {
+			m.sessions[key] = c
+			c.regKey = key
+		}
+	case msgr2.IdentReset, msgr2.IdentReuse:
+		c = ex
+		remoteReset = act == msgr2.IdentReset && p.ResetCheck
+	}
+	m.mu.Unlock()
+	if act == msgr2.IdentReplace && old != nil {
+		old.close(ErrReplaced, true)
+	}
+	if *run = c.takeover(nc, e); *run == nil {
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	if act == msgr2.IdentReset {
+		c.resetSessionLocked()
+	}
+	if act == msgr2.IdentReuse {
+		// The client starts its numbering of received messages over.
+		c.inSeq.Store(0)
+	}
+	c.policy = p
+	c.clientCookie = ci.ClientCookie
+	c.peerGlobalSeq = ci.GlobalSeq
+	c.connectSeq = 0
+	if !p.Lossy {
+		c.serverCookie = randomCookie()
+	}
+	cookie := c.serverCookie
+	c.peerName, c.peerAddrs, c.features = peer.Name, peer.Addrs, peer.Features
+	c.mu.Unlock()
+	if remoteReset {
+		m.queueEvent(itemRemoteReset, c)
+	}
+	return c, e.Accept(m.globalSeq.Add(1), cookie, p.Lossy)
+}
+
+// onReconnect applies the session rules to a SESSION_RECONNECT.
+func (m *Messenger) onReconnect(e *msgr2.Engine, nc net.Conn, run **socketRun) (*Conn, error) {
+	m.injectInternalDelay()
+	r := e.PendingReconnect()
+	key := m.sessionKey(r.Addrs)
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	ex := m.sessions[key]
+	st := msgr2.SessionState{}
+	if ex != nil {
+		st = ex.sessionState(m.myAddrLocked())
+	}
+	m.mu.Unlock()
+	switch act := msgr2.DecideReconnect(st, r); act {
+	case msgr2.ReconnectResetFull, msgr2.ReconnectReset:
+		return nil, e.Reset(act == msgr2.ReconnectResetFull)
+	case msgr2.ReconnectRetryGlobal:
+		return nil, e.RetryGlobalSeq(st.PeerGlobal)
+	case msgr2.ReconnectRetry:
+		return nil, e.Retry(st.ConnectSeq)
+	case msgr2.ReconnectWait:
+		if err := e.Wait(); err != nil {
+			return nil, err
+		}
+		return nil, ErrWait
+	}
+	// Resume: the session takes over this socket.
+	if *run = ex.takeover(nc, e); *run == nil {
+		return nil, e.Reset(true)
+	}
+	ex.mu.Lock()
+	ex.connectSeq = r.ConnectSeq
+	ex.peerGlobalSeq = r.GlobalSeq
+	ex.discardAckedLocked(r.MsgSeq)
+	name, features := ex.peerName, ex.features
+	ex.mu.Unlock()
+	ex.reconnects.Add(1)
+	return ex, e.AcceptReconnect(ex.inSeq.Load(), name, features)
+}
+
+func (m *Messenger) myAddrLocked() msg.EntityAddr {
+	if a, ok := m.myAddrs.Msgr2(); ok {
+		return a
+	}
+	return msg.EntityAddr{Type: msg.AddrAny, Nonce: m.cfg.Nonce}
+}
+
+// takeover makes nc this connection's socket, stopping the one it had and
+// requeuing what that one had not got acknowledged. It returns the new
+// run, or nil if the connection is closed.
+func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.replacing = true
+	old := c.run
+	r := newRun(nc, e)
+	c.run = r
+	c.mu.Unlock()
+	if old != nil {
+		old.fail(ErrReplaced)
+		<-old.done
+	}
+	c.m.injectInternalDelay()
+	c.mu.Lock()
+	c.replacing = false
+	c.requeueLocked()
+	c.mu.Unlock()
+	return r
+}
+
+// readBufSize is the size of the buffered reader in front of the socket:
+// small frames are parsed from it without a system call each.
+const readBufSize = 64 << 10
+
+// runSocket runs an established socket: the writer on its own goroutine,
+// the reader on this one, until the socket fails. r must be c.run.
+func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
+	m := c.m
+	c.mu.Lock()
+	if c.run != r || c.state == stateClosed {
+		// Superseded or closed while the handshake finished.
+		c.mu.Unlock()
+		r.fail(ErrReplaced)
+		close(r.done)
+		return
+	}
+	p := r.e.Peer()
+	if len(p.Addrs) > 0 {
+		c.peerName, c.peerAddrs, c.features = p.Name, p.Addrs, p.Features
+	} else if p.Name.Type != 0 {
+		c.peerName.Type = p.Name.Type
+	}
+	c.state = stateOpen
+	c.everReady = true
+	c.lastKASent = time.Now()
+	if !c.readyClosed {
+		c.readyClosed = true
+		close(c.readyCh)
+	}
+	c.mu.Unlock()
+	c.lastRecv.Store(time.Now().UnixNano())
+	if c.outgoing {
+		m.registerOutgoingSession(c)
+		m.queueEvent(itemConnect, c)
+	} else {
+		m.queueEvent(itemAccept, c)
+	}
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop(r)
+	}()
+	c.poke()
+	err := c.readLoop(r, br)
+	err = r.reason(err)
+	<-writerDone
+	close(r.done)
+	c.socketFailed(r, err)
+}
+
+func remoteEntityAddr(nc net.Conn, nonce uint32) msg.EntityAddr {
+	a := msg.EntityAddr{Type: msg.AddrMsgr2, Nonce: nonce}
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		a.IP = ta.AddrPort()
+		if a.IP.Addr().Is4In6() {
+			a.IP = netipUnmap(a.IP)
+		}
+	}
+	return a
+}
+
+func randomCookie() uint64 {
+	var b [8]byte
+	for {
+		if _, err := io.ReadFull(cryptoRand, b[:]); err == nil {
+			if v := leUint64(b[:]); v != 0 {
+				return v
+			}
+		}
+	}
+}

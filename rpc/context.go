@@ -1,0 +1,804 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/track"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Context is a CaRT context: the origin of requests (ids, credits, wait
+// queues, timeouts) and the target of requests addressed to its tag. Its
+// index in the instance is its tag.
+//
+// Completion callbacks of Send and handlers without the Inline flag run
+// in the context's progress: in Progress, called by the user, or on the
+// context's own goroutine (ContextOptions.Auto). Replies, timeouts and
+// credits do not need progress: a context that nobody progresses still
+// completes Call, times requests out and sends queued requests.
+//
+// All methods are safe for concurrent use.
+type Context struct {
+	in   *Instance
+	tag  uint16
+	opts ContextOptions
+
+	timeout atomic.Int64 // default request timeout, ns
+
+	// mu guards the tracker and armed.
+	mu     sync.Mutex
+	tr     *track.Tracker[*request]
+	closed bool
+	armed  int64 // the deadline the timer goroutine waits for (0: none)
+
+	cacheMu sync.Mutex                            // serialises cache updates
+	cache   atomic.Pointer[map[uint64]*msgr.Conn] // (rank<<16 | tag) → connection
+
+	lkMu    sync.Mutex
+	lookups map[uint64]*lookup // URI lookups in progress, by (rank<<16 | tag)
+
+	// Work for progress: completions to call back and requests to serve.
+	wmu     sync.Mutex
+	wq      []work
+	wq2     []work // the batch being run
+	wclosed bool
+	wsig    chan struct{} // capacity 1: work was queued
+	progMu  sync.Mutex    // one Progress at a time
+
+	kick chan struct{} // capacity 1: the timer must look at armed again
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	readyPool sync.Pool
+
+	// Target-side counters.
+	nReceived atomic.Uint64
+	nReplied  atomic.Uint64
+	nErrors   atomic.Uint64
+	nBusy     atomic.Uint64
+	// Origin-side counters beyond the tracker's.
+	nTransmitted atomic.Uint64
+	nLookups     atomic.Uint64
+}
+
+// work is one item for progress: a completed request to call back, or an
+// incoming request to serve.
+type work struct {
+	r  *request
+	in *Incoming
+}
+
+// maxIncomingQueued bounds the work waiting for progress as far as
+// incoming requests are concerned: beyond it they are answered CodeBusy
+// at once. (Completions are bounded by the requests tracked, so they are
+// always queued.)
+const maxIncomingQueued = 1 << 16
+
+func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
+	c := &Context{
+		in:      in,
+		tag:     tag,
+		opts:    o,
+		tr:      track.New[*request](in.opts.Credits),
+		lookups: map[uint64]*lookup{},
+		wsig:    make(chan struct{}, 1),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	c.readyPool.New = func() any { return new(track.Ready[*request]) }
+	to := o.Timeout
+	if to == 0 {
+		to = in.opts.Timeout
+	}
+	c.timeout.Store(int64(min(to, MaxTimeout)))
+	empty := map[uint64]*msgr.Conn{}
+	c.cache.Store(&empty)
+	c.wg.Add(1)
+	go c.timerLoop()
+	if o.Auto {
+		started := make(chan error, 1)
+		c.wg.Add(1)
+		go c.autoLoop(started)
+		if err := <-started; err != nil {
+			close(c.done)
+			c.wg.Wait()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Tag returns the context's tag (its index).
+func (c *Context) Tag() uint16 { return c.tag }
+
+// Instance returns the instance the context belongs to.
+func (c *Context) Instance() *Instance { return c.in }
+
+// Timeout returns the default timeout of the context's requests.
+func (c *Context) Timeout() time.Duration { return time.Duration(c.timeout.Load()) }
+
+// SetTimeout sets the default timeout of requests sent from now on
+// (crt_context_set_timeout); 0 restores the instance's. It is clamped to
+// MaxTimeout.
+func (c *Context) SetTimeout(d time.Duration) {
+	if d <= 0 {
+		d = c.in.opts.Timeout
+	}
+	c.timeout.Store(int64(min(d, MaxTimeout)))
+}
+
+// SetCredits changes the per-rank in-flight limit of this context
+// (Options.Credits semantics: 0 the default, UnlimitedCredits none).
+// Raising it sends waiting requests at once.
+func (c *Context) SetCredits(n int) {
+	o := Options{Credits: n}.withDefaults()
+	out := c.getReady()
+	c.mu.Lock()
+	c.tr.SetCredits(o.Credits, out)
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	c.perform(out)
+}
+
+func (c *Context) getReady() *track.Ready[*request] {
+	return c.readyPool.Get().(*track.Ready[*request])
+}
+
+// takeSendRefs gives each request to transmit a reference for its
+// transmitter. Called with c.mu held, right after a tracker operation.
+func (c *Context) takeSendRefs(out *track.Ready[*request]) {
+	for _, e := range out.Send {
+		e.V.refs.Add(1)
+	}
+	for _, d := range out.Done {
+		r := d.E.V
+		r.reason, r.wasSent = d.Reason, d.WasSent
+	}
+}
+
+// perform transmits and completes what a tracker operation returned, then
+// recycles out. Called without c.mu.
+func (c *Context) perform(out *track.Ready[*request]) {
+	for _, e := range out.Send {
+		c.transmit(e.V)
+	}
+	for _, d := range out.Done {
+		c.complete(d.E.V)
+	}
+	out.Reset()
+	c.readyPool.Put(out)
+}
+
+// complete hands a completed request to its consumer.
+func (c *Context) complete(r *request) {
+	switch r.mode {
+	case modeCall:
+		r.done <- struct{}{}
+	case modeInline:
+		err := r.result(r.req.Out)
+		r.icb(r, err)
+		r.unref()
+	default:
+		if !c.pushWork(work{r: r}) {
+			// Close drains the queue itself; this cannot happen while
+			// requests are tracked, but never lose a callback.
+			c.runCallback(r)
+		}
+	}
+}
+
+// submit starts tracking a prepared request and transmits it if its
+// target has a credit free.
+func (c *Context) submit(r *request) error {
+	out := c.getReady()
+	var flags track.SubmitFlags
+	if r.flags&QueueFront != 0 {
+		flags |= track.Front
+	}
+	if r.mode == modeInline {
+		flags |= track.Bypass
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.readyPool.Put(out)
+		return &Error{Code: CodeShutdown, Opcode: r.req.Opcode, Endpoint: r.req.Endpoint}
+	}
+	id := c.tr.Submit(&r.entry, uint64(r.req.Endpoint.Rank), r.deadline, flags, out)
+	r.m.Header.Tid = id
+	kick := false
+	if r.deadline != 0 && (c.armed == 0 || r.deadline < c.armed) {
+		c.armed = r.deadline
+		kick = true
+	}
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	if kick {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	c.perform(out)
+	return nil
+}
+
+// finishID completes request id with reason (and cause for the error) if
+// it is still tracked.
+func (c *Context) finishID(id uint64, reason track.Reason, cause error) bool {
+	out := c.getReady()
+	c.mu.Lock()
+	e := c.tr.Lookup(id)
+	ok := e != nil
+	if ok {
+		e.V.failErr = cause
+		c.tr.Finish(id, reason, out)
+		c.takeSendRefs(out)
+	}
+	c.mu.Unlock()
+	c.perform(out)
+	return ok
+}
+
+// Call sends an RPC and waits for its completion: the output is decoded
+// into out (nil: ignored). It returns nil or an *Error. The request's
+// timeout is the context's, shortened to ctx's deadline; when ctx ends
+// first the request is aborted and Call returns an error matching
+// ctx.Err() (ErrTimedOut for a deadline, ErrCanceled otherwise). Call does
+// not need the context's progress.
+func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output) error {
+	timeout := c.Timeout()
+	if dl, ok := ctx.Deadline(); ok {
+		d := time.Until(dl)
+		if d <= 0 {
+			return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: ctx.Err()}
+		}
+		timeout = min(timeout, d)
+	}
+	r := getRequest(c)
+	r.mode = modeCall
+	r.req.Endpoint, r.req.Opcode = ep, op
+	if err := c.prepare(r, ep, op, in, timeout); err != nil {
+		r.unref()
+		return err
+	}
+	if err := c.submit(r); err != nil {
+		r.unref()
+		return err
+	}
+	id := r.entry.ID()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		reason := track.Canceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			reason = track.TimedOut
+		}
+		c.finishID(id, reason, ctx.Err())
+		<-r.done
+	}
+	err := r.result(out)
+	r.unref()
+	return err
+}
+
+// Send sends an RPC (crt_req_send); cb (which may be nil) is called once
+// by the context's progress when it completes. Send returns an error, and
+// does not call cb, only if the request cannot be sent at all (the
+// context is closed, the input cannot be encoded or is too large).
+func (c *Context) Send(req Request, cb Callback) (Handle, error) {
+	r := getRequest(c)
+	r.mode = modeCallback
+	r.req, r.cb = req, cb
+	if err := c.prepare(r, req.Endpoint, req.Opcode, req.In, req.Timeout); err != nil {
+		r.unref()
+		return Handle{}, err
+	}
+	if err := c.submit(r); err != nil {
+		r.unref()
+		return Handle{}, err
+	}
+	return Handle{c: c, id: r.entry.ID()}, nil
+}
+
+// sendInternal sends an internal request whose callback runs where it
+// completes (it must not block) and which takes no credit.
+func (c *Context) sendInternal(ep Endpoint, op Opcode, in Input, out Output, timeout time.Duration, cb func(*request, error)) error {
+	r := getRequest(c)
+	r.mode = modeInline
+	r.req.Endpoint, r.req.Opcode, r.req.Out = ep, op, out
+	r.icb = cb
+	if err := c.prepare(r, ep, op, in, timeout); err != nil {
+		r.unref()
+		return err
+	}
+	if err := c.submit(r); err != nil {
+		r.unref()
+		return err
+	}
+	return nil
+}
+
+// transmit hands a Sent request to its connection, looking the target's
+// address up first if needed. It consumes one reference.
+func (c *Context) transmit(r *request) {
+	defer r.unref()
+	ep := r.req.Endpoint
+	id := r.entry.ID()
+	for attempt := 0; ; attempt++ {
+		conn, err := c.connFor(ep, id)
+		if errors.Is(err, errLookupPending) {
+			return // the lookup transmits it when it completes
+		}
+		if err != nil {
+			c.finishID(id, track.Failed, err)
+			return
+		}
+		r.conn.Store(conn)
+		err = conn.Send(r.m)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, msgr.ErrClosed) && attempt == 0 {
+			c.forgetConn(conn) // a stale cached connection: dial again once
+			continue
+		}
+		c.finishID(id, track.Failed, &Error{Code: CodeUnreachable, Opcode: r.req.Opcode, Endpoint: ep, Err: err})
+		return
+	}
+	c.nTransmitted.Add(1)
+	if r.oneWay {
+		c.finishID(id, track.OK, nil)
+	}
+}
+
+func cacheKey(rank uint32, tag uint16) uint64 { return uint64(rank)<<16 | uint64(tag) }
+
+// errLookupPending: the target's URI is being looked up.
+var errLookupPending = errors.New("rpc: URI lookup pending")
+
+// connFor returns the connection for ep from the cache, or dials the
+// target's URI and caches it; if the URI is not known it starts a URI
+// lookup that will transmit request id.
+func (c *Context) connFor(ep Endpoint, id uint64) (*msgr.Conn, error) {
+	key := cacheKey(ep.Rank, ep.Tag)
+	if conn := (*c.cache.Load())[key]; conn != nil {
+		return conn, nil
+	}
+	uri, err := c.in.group.lookupURI(ep.Rank, ep.Tag)
+	switch {
+	case errors.Is(err, errNoURI):
+		c.startLookup(ep, id)
+		return nil, errLookupPending
+	case err != nil:
+		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: err.Error()}
+	}
+	conn, err := c.in.m.Connect(uri)
+	if err != nil {
+		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "connecting to " + uri, Err: err}
+	}
+	c.cacheMu.Lock()
+	old := *c.cache.Load()
+	n := make(map[uint64]*msgr.Conn, len(old)+1)
+	for k, v := range old {
+		n[k] = v
+	}
+	n[key] = conn
+	c.cache.Store(&n)
+	c.cacheMu.Unlock()
+	return conn, nil
+}
+
+// forgetConns drops cache entries for which drop returns true.
+func (c *Context) forgetConns(drop func(key uint64, conn *msgr.Conn) bool) {
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	old := *c.cache.Load()
+	n := make(map[uint64]*msgr.Conn, len(old))
+	for k, v := range old {
+		if !drop(k, v) {
+			n[k] = v
+		}
+	}
+	c.cache.Store(&n)
+}
+
+func (c *Context) forgetConn(conn *msgr.Conn) {
+	c.forgetConns(func(_ uint64, v *msgr.Conn) bool { return v == conn })
+}
+
+// connFailed fails the requests transmitted on conn and forgets it.
+func (c *Context) connFailed(conn *msgr.Conn) {
+	c.forgetConn(conn)
+	out := c.getReady()
+	c.mu.Lock()
+	err := &Error{Code: CodeUnreachable, Msg: "connection failed", Err: conn.Err()}
+	c.tr.FailIf(func(e *track.Entry[*request]) bool {
+		if e.V.conn.Load() == conn {
+			e.V.failErr = err
+			return true
+		}
+		return false
+	}, track.Failed, out)
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	c.perform(out)
+}
+
+// ranksChanged fails the requests to removed ranks and forgets the
+// connections of removed and re-addressed ones.
+func (c *Context) ranksChanged(removed, changed []uint32) {
+	gone := map[uint32]bool{}
+	for _, r := range removed {
+		gone[r] = true
+	}
+	for _, r := range changed {
+		gone[r] = true
+	}
+	c.forgetConns(func(k uint64, _ *msgr.Conn) bool { return gone[uint32(k>>16)] })
+	if len(removed) == 0 {
+		return
+	}
+	out := c.getReady()
+	c.mu.Lock()
+	for _, rank := range removed {
+		c.tr.FailKey(uint64(rank), track.Excluded, out)
+	}
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	c.perform(out)
+}
+
+// handleReply matches a reply to its request (on the reader goroutine).
+func (c *Context) handleReply(m *msg.Message, h *wire.Header, body []byte) {
+	out := c.getReady()
+	c.mu.Lock()
+	e := c.tr.Reply(m.Header.Tid, out)
+	if e != nil {
+		r := e.V
+		r.reply, r.rc, r.replyBody = m, h.RC, body
+		c.takeSendRefs(out)
+	}
+	c.mu.Unlock()
+	c.perform(out)
+}
+
+// timerLoop expires requests at their deadlines. It sleeps until the
+// deadline in armed; submit kicks it when a request's deadline is earlier.
+// When it finds nothing due it re-arms at the earliest deadline tracked,
+// so in steady state it wakes about once per timeout, not per request.
+func (c *Context) timerLoop() {
+	defer c.wg.Done()
+	t := c.in.clock.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		c.mu.Lock()
+		armed := c.armed
+		c.mu.Unlock()
+		var tc <-chan time.Time
+		if armed != 0 {
+			d := time.Duration(armed - c.in.now())
+			if d <= 0 {
+				c.expire()
+				continue
+			}
+			t.Reset(d)
+			tc = t.C()
+			// A clock that moved between reading it and arming the timer
+			// (a fake one in tests) must not make the deadline late.
+			if c.in.now() >= armed {
+				t.Stop()
+				c.expire()
+				continue
+			}
+		}
+		select {
+		case <-tc:
+			c.expire()
+		case <-c.kick:
+			t.Stop()
+		case <-c.done:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// expire times out the requests whose deadline has passed and re-arms.
+func (c *Context) expire() {
+	out := c.getReady()
+	c.mu.Lock()
+	c.tr.Expire(c.in.now(), out)
+	c.armed, _ = c.tr.NextDeadline()
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	c.perform(out)
+}
+
+// pushWork queues an item for progress; false once the context is closed.
+func (c *Context) pushWork(w work) bool {
+	c.wmu.Lock()
+	if c.wclosed {
+		c.wmu.Unlock()
+		return false
+	}
+	if w.in != nil && len(c.wq) >= maxIncomingQueued {
+		c.wmu.Unlock()
+		c.nBusy.Add(1)
+		w.in.failCode(CodeBusy, "target context's progress queue is full")
+		return true
+	}
+	c.wq = append(c.wq, w)
+	c.wmu.Unlock()
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// runWork runs the queued items in the calling goroutine and returns how
+// many ran.
+func (c *Context) runWork() int {
+	c.wmu.Lock()
+	batch := c.wq
+	c.wq = c.wq2[:0]
+	c.wmu.Unlock()
+	for i := range batch {
+		w := batch[i]
+		batch[i] = work{}
+		if w.r != nil {
+			c.runCallback(w.r)
+		} else {
+			c.serve(w.in)
+		}
+	}
+	n := len(batch)
+	c.wmu.Lock()
+	c.wq2 = batch[:0]
+	c.wmu.Unlock()
+	return n
+}
+
+// runCallback decodes a completed request's output and calls its
+// callback.
+func (c *Context) runCallback(r *request) {
+	err := r.result(r.req.Out)
+	if r.cb != nil {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					c.in.log.Error("RPC completion callback panicked", "tag", c.tag, "opcode", r.req.Opcode, "panic", p)
+				}
+			}()
+			r.cb(Completion{Handle: Handle{c: c, id: r.entry.ID()}, Request: r.req, Err: err})
+		}()
+	}
+	r.unref()
+}
+
+// serve runs a handler and answers for it if it returns an error or
+// panics.
+func (c *Context) serve(r *Incoming) {
+	gen := r.state.Load() >> 1
+	h, oneWay, op := r.def.handler, r.OneWay(), r.Opcode()
+	defer func() {
+		if p := recover(); p != nil {
+			c.in.log.Error("RPC handler panicked", "tag", c.tag, "opcode", op, "panic", p)
+			if r.claim(gen) {
+				r.fail(&Error{Code: CodeHandler, Opcode: op, Msg: fmt.Sprintf("handler panicked: %v", p)})
+			}
+		}
+	}()
+	err := h(r)
+	switch {
+	case err != nil:
+		if r.claim(gen) {
+			r.fail(err)
+		}
+	case oneWay:
+		if r.claim(gen) {
+			r.release()
+		}
+	}
+}
+
+// Progress runs the completion callbacks and handlers that are ready, in
+// the calling goroutine (crt_progress: HG_Progress + HG_Trigger). If none
+// is ready it waits up to timeout for one (0: do not wait; negative: wait
+// until there is one or the context closes). It returns how many it ran;
+// after Close it returns ErrShutdown. Only one goroutine progresses a
+// context at a time; concurrent calls wait their turn. It fails with
+// ErrAutoProgress on a context with Auto progress.
+func (c *Context) Progress(timeout time.Duration) (int, error) {
+	if c.opts.Auto {
+		return 0, ErrAutoProgress
+	}
+	c.progMu.Lock()
+	defer c.progMu.Unlock()
+	if n := c.runWork(); n > 0 || timeout == 0 {
+		return n, c.closedErr()
+	}
+	var tc <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-c.wsig:
+	case <-tc:
+	case <-c.done:
+	}
+	return c.runWork(), c.closedErr()
+}
+
+// ProgressUntil progresses the context until cond returns true (checked
+// after each batch, and first), ctx ends (its error is returned) or the
+// context closes (ErrShutdown) (crt_progress_cond).
+func (c *Context) ProgressUntil(ctx context.Context, cond func() bool) error {
+	if c.opts.Auto {
+		return ErrAutoProgress
+	}
+	c.progMu.Lock()
+	defer c.progMu.Unlock()
+	for {
+		c.runWork()
+		if cond() {
+			return nil
+		}
+		if err := c.closedErr(); err != nil {
+			return err
+		}
+		select {
+		case <-c.wsig:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+		}
+	}
+}
+
+func (c *Context) closedErr() error {
+	select {
+	case <-c.done:
+		return ErrShutdown
+	default:
+		return nil
+	}
+}
+
+// autoLoop is the progress goroutine of an Auto context.
+func (c *Context) autoLoop(started chan<- error) {
+	defer c.wg.Done()
+	if len(c.opts.CPUs) > 0 {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if err := setAffinity(c.opts.CPUs); err != nil {
+			started <- fmt.Errorf("%w: pinning progress to CPUs %v: %w", ErrInvalid, c.opts.CPUs, err)
+			return
+		}
+	}
+	started <- nil
+	for {
+		if c.runWork() > 0 {
+			continue
+		}
+		select {
+		case <-c.wsig:
+		case <-c.done:
+			c.runWork()
+			return
+		}
+	}
+}
+
+// Close destroys the context (crt_context_destroy with force): requests
+// still queued or in flight complete with ErrShutdown and their
+// callbacks run (here or on the progress goroutine) before Close returns;
+// requests that arrive for it are answered ErrShutdown. Its goroutines
+// are stopped. It is idempotent.
+func (c *Context) Close() error {
+	out := c.getReady()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.readyPool.Put(out)
+		return nil
+	}
+	c.closed = true
+	c.tr.FailIf(func(*track.Entry[*request]) bool { return true }, track.Shutdown, out)
+	c.takeSendRefs(out)
+	c.mu.Unlock()
+	c.perform(out)
+	c.in.removeContext(c)
+	close(c.done)
+	c.wg.Wait()
+	// Whatever is left runs here; nothing can be queued after this.
+	c.progMu.Lock()
+	c.wmu.Lock()
+	c.wclosed = true
+	c.wmu.Unlock()
+	for {
+		c.wmu.Lock()
+		batch := c.wq
+		c.wq = nil
+		c.wmu.Unlock()
+		if len(batch) == 0 {
+			break
+		}
+		for _, w := range batch {
+			if w.r != nil {
+				c.runCallback(w.r)
+			} else {
+				w.in.failCode(CodeShutdown, "context closed")
+			}
+		}
+	}
+	c.progMu.Unlock()
+	return nil
+}
+
+// Stats are a context's counters (CaRT's per-context CM_* metrics).
+type Stats struct {
+	// Origin side.
+	Submitted   uint64 // requests submitted
+	Queued      uint64 // requests that waited for a credit
+	Transmitted uint64 // requests handed to a connection
+	Replied     uint64 // completed by a reply
+	TimedOut    uint64 // completed by their timeout
+	Canceled    uint64 // aborted
+	Failed      uint64 // failed (unreachable...)
+	Excluded    uint64 // their rank left the group
+	LateReplies uint64 // replies that came after their request completed
+	URILookups  uint64 // URI lookups started
+	InFlight    int    // requests holding a credit now
+	Waiting     int    // requests waiting for a credit now
+	MaxWaiting  int    // most waiting at once
+	// Target side.
+	Received uint64 // requests handed to a handler
+	Replies  uint64 // replies sent (including errors)
+	Errors   uint64 // error replies sent
+	Busy     uint64 // requests refused because the progress queue was full
+}
+
+// Stats returns the context's counters.
+func (c *Context) Stats() Stats {
+	c.mu.Lock()
+	t := c.tr.Stats()
+	c.mu.Unlock()
+	return Stats{
+		Submitted: t.Submitted, Queued: t.Queued, Transmitted: c.nTransmitted.Load(),
+		Replied: t.Replied, TimedOut: t.TimedOut, Canceled: t.Canceled, Failed: t.Failed,
+		Excluded: t.Excluded, LateReplies: t.LateReplies, URILookups: c.nLookups.Load(),
+		InFlight: t.InFlight, Waiting: t.Waiting, MaxWaiting: t.MaxWaiting,
+		Received: c.nReceived.Load(), Replies: c.nReplied.Load(), Errors: c.nErrors.Load(), Busy: c.nBusy.Load(),
+	}
+}
+
+// EndpointStats are the credit counters of one target rank
+// (crt_ep_inflight).
+type EndpointStats struct {
+	InFlight    int    // requests holding a credit now
+	Waiting     int    // requests on the wait queue now
+	MaxInFlight int    // most ever in flight at once
+	MaxWaiting  int    // longest the wait queue has been
+	Sent        uint64 // requests that got a credit
+	Completed   uint64 // requests that returned one
+	Queued      uint64 // requests that had to wait
+}
+
+// EndpointStats returns the credit counters of target rank.
+func (c *Context) EndpointStats(rank uint32) EndpointStats {
+	c.mu.Lock()
+	s := c.tr.EndpointStats(uint64(rank))
+	c.mu.Unlock()
+	return EndpointStats(s)
+}

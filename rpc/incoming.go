@@ -1,0 +1,288 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Incoming is a request at its target, handed to the RPC's Handler. It
+// is valid until it is answered (Reply or Fail), or, for a OneWay RPC,
+// until the handler returns; it is recycled afterwards and must not be
+// used. Reply and Fail may be called from any goroutine; the accessors
+// are safe to call concurrently with each other before the answer.
+type Incoming struct {
+	in   *Instance
+	c    *Context
+	def  *rpcDef
+	m    *msg.Message // the request, reused as the reply
+	conn msg.Connection
+	hdr  wire.Header
+	tid  uint64
+	prio msg.Priority
+	body []byte
+	data msg.Buffers
+
+	// state is gen<<1 | answered: the generation tells a recycled
+	// Incoming from the one a handler was given.
+	state atomic.Uint64
+
+	scratch [][]byte // data buffers of the reply being built
+}
+
+var incomingPool = sync.Pool{New: func() any { return new(Incoming) }}
+
+func getIncoming() *Incoming { return incomingPool.Get().(*Incoming) }
+
+func (r *Incoming) init(in *Instance, c *Context, def *rpcDef, m *msg.Message, h *wire.Header, body []byte) {
+	gen := r.state.Load()>>1 + 1
+	r.in, r.c, r.def, r.m, r.conn = in, c, def, m, m.Conn
+	r.hdr, r.tid, r.prio = *h, m.Header.Tid, m.Header.Priority
+	r.body, r.data = body, m.Data
+	r.state.Store(gen << 1)
+}
+
+// release recycles r. Its state keeps the generation, marked answered.
+func (r *Incoming) release() {
+	r.in, r.c, r.def, r.m, r.conn = nil, nil, nil, nil, nil
+	r.body, r.data = nil, nil
+	clear(r.scratch)
+	r.scratch = r.scratch[:0]
+	incomingPool.Put(r)
+}
+
+// claim marks r answered if it is still generation gen and unanswered.
+func (r *Incoming) claim(gen uint64) bool {
+	return r.state.CompareAndSwap(gen<<1, gen<<1|1)
+}
+
+// claimAny marks r answered if it is unanswered.
+func (r *Incoming) claimAny() bool {
+	s := r.state.Load()
+	return s&1 == 0 && r.state.CompareAndSwap(s, s|1)
+}
+
+// Opcode returns the RPC's opcode.
+func (r *Incoming) Opcode() Opcode { return Opcode(r.hdr.Opcode) }
+
+// Source returns the origin's rank (RankNone for a client) and context
+// tag.
+func (r *Incoming) Source() Endpoint { return Endpoint{Rank: r.hdr.SrcRank, Tag: r.hdr.SrcTag} }
+
+// Target returns the context the request arrived on.
+func (r *Incoming) Target() *Context { return r.c }
+
+// OneWay reports whether the origin expects no reply.
+func (r *Incoming) OneWay() bool { return r.hdr.Flags&wire.FlagOneWay != 0 }
+
+// GroupVersion returns the origin's primary group version.
+func (r *Incoming) GroupVersion() uint32 { return r.hdr.GroupVersion }
+
+// Deadline returns the origin's deadline for the request (its clock),
+// and false if the request has none (NoTimeout).
+func (r *Incoming) Deadline() (time.Time, bool) {
+	if r.hdr.Flags&wire.FlagDeadline == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, r.hdr.Deadline), true
+}
+
+// Remaining returns the time left before the origin gives up, by this
+// instance's clock (negative once past), and false if there is no
+// deadline.
+func (r *Incoming) Remaining() (time.Duration, bool) {
+	d, ok := r.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return d.Sub(r.in.clock.Now()), true
+}
+
+// Context returns a context.Context that ends at the request's deadline
+// (never, without one) or when parent ends. Call its cancel function when
+// done.
+func (r *Incoming) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := r.Deadline(); ok {
+		return context.WithDeadline(parent, d)
+	}
+	return context.WithCancel(parent)
+}
+
+// Data returns the request's data segment as it arrived (not copied).
+func (r *Incoming) Data() msg.Buffers { return r.data }
+
+// Decode decodes the input into v (UnmarshalBinary with the encoded part,
+// ReceiveData with the data segment). A failure, including a panic in
+// v's methods, is an *Error with CodeMalformed; returning it from the
+// handler answers the origin with that code.
+func (r *Incoming) Decode(v Output) error {
+	if err := decodeOutput(v, r.body, r.data); err != nil {
+		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Msg: "decoding input: " + err.Error()}
+	}
+	return nil
+}
+
+// Reply answers the request with out (nil: an empty output). It fails
+// with ErrAlreadyReplied if the request was already answered. For a
+// OneWay RPC it sends nothing. An output that cannot be encoded or is
+// too large is answered as an error instead, and that error returned.
+func (r *Incoming) Reply(out Input) error {
+	if !r.claimAny() {
+		return ErrAlreadyReplied
+	}
+	return r.reply(out)
+}
+
+// Fail answers the request with err: its code (CodeOf) and its text. It
+// fails with ErrAlreadyReplied if the request was already answered.
+func (r *Incoming) Fail(err error) error {
+	if !r.claimAny() {
+		return ErrAlreadyReplied
+	}
+	r.fail(err)
+	return nil
+}
+
+// fail answers a claimed request with err.
+func (r *Incoming) fail(err error) {
+	code := CodeOf(err)
+	if code == CodeOK {
+		code = CodeHandler
+	}
+	text := "nil error"
+	if err != nil {
+		text = err.Error()
+	}
+	r.sendError(code, text)
+}
+
+// failCode answers an unclaimed request with code (used before any
+// handler saw it).
+func (r *Incoming) failCode(code Code, text string) {
+	if r.claimAny() {
+		r.sendError(code, text)
+	}
+}
+
+func (r *Incoming) replyHeader(rc Code) wire.Header {
+	h := wire.Header{
+		Opcode: r.hdr.Opcode, SrcRank: r.in.rank, DstRank: r.hdr.SrcRank,
+		SrcTag: r.hdr.DstTag, DstTag: r.hdr.SrcTag, RC: int32(rc),
+		GroupVersion: r.in.group.Version(),
+	}
+	return h
+}
+
+// reply sends out on a claimed request and recycles r.
+func (r *Incoming) reply(out Input) error {
+	if r.OneWay() {
+		r.release()
+		return nil
+	}
+	h := r.replyHeader(CodeOK)
+	bp := getBuf()
+	front := h.Append((*bp)[:0])
+	front, data, err := encodeInput(out, front, r.scratch[:0])
+	r.scratch = data
+	if err == nil && len(front)-wire.HeaderLen+msg.Buffers(data).Len() > MaxPayload {
+		err = fmt.Errorf("%w: output of %d bytes", ErrTooLarge, len(front)-wire.HeaderLen+msg.Buffers(data).Len())
+	}
+	if err != nil {
+		*bp = front
+		putBuf(bp)
+		e := &Error{Code: CodeOf(err), Opcode: r.Opcode(), Msg: "encoding output: " + err.Error()}
+		if e.Code == CodeHandler {
+			e.Code = CodeMalformed
+		}
+		r.sendError(e.Code, e.Error())
+		return e
+	}
+	if len(data) > 0 {
+		h.Flags |= wire.FlagHasData
+		h.Put(front)
+	}
+	r.send(front, bp, data)
+	return nil
+}
+
+// sendError sends an error reply (rc and text) on a claimed request and
+// recycles r.
+func (r *Incoming) sendError(code Code, text string) {
+	if r.OneWay() {
+		r.release()
+		return
+	}
+	if len(text) > maxErrText {
+		text = text[:maxErrText]
+	}
+	h := r.replyHeader(code)
+	bp := getBuf()
+	front := append(h.Append((*bp)[:0]), text...)
+	r.send(front, bp, nil)
+	if r := r.c; r != nil {
+		r.nErrors.Add(1)
+	}
+}
+
+// send turns the request message into the reply and sends it. The reply
+// front is copied into the request's front buffer when it fits (the
+// handler is done with its input by now, and decoders copy what they
+// keep), so a small reply costs no allocation; otherwise the pooled
+// buffer itself becomes the reply's front.
+func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
+	m, conn, c := r.m, r.conn, r.c
+	var reqFront []byte
+	if len(m.Front) == 1 {
+		reqFront = m.Front[0]
+	}
+	if len(front) <= len(reqFront) {
+		n := copy(reqFront, front)
+		front = reqFront[:n:n]
+		*bp = (*bp)[:0]
+		putBuf(bp)
+	} else if cap(front) > 4*len(front) && cap(front) > 4096 {
+		front = append([]byte(nil), front...) // do not pin a big buffer
+		putBuf(bp)
+	}
+	*m = msg.Message{Header: msg.Header{Type: wire.TypeReply, Tid: r.tid, Priority: r.prio}}
+	switch len(data) {
+	case 0:
+		m.SetSegments(front, nil, nil)
+	case 1:
+		m.SetSegments(front, nil, data[0])
+	default:
+		m.SetSegments(front, nil, nil)
+		m.Data = append(msg.Buffers(nil), data...)
+	}
+	r.release()
+	if conn == nil {
+		return
+	}
+	if err := conn.Send(m); err != nil {
+		if c != nil {
+			c.in.log.Debug("reply not sent", "tag", c.tag, "err", err)
+		}
+		return
+	}
+	if c != nil {
+		c.nReplied.Add(1)
+	}
+}
+
+// bufPool holds front buffers for replies.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > 64<<10 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}

@@ -1,0 +1,330 @@
+package rpc
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Instance is one process's RPC endpoint (CaRT after crt_init): a
+// messenger, the registered protocols, the primary group and the
+// contexts. All methods are safe for concurrent use.
+type Instance struct {
+	opts  Options
+	log   *slog.Logger
+	m     *msgr.Messenger
+	ownM  bool
+	uri   string
+	rank  uint32
+	group *Group
+	reg   registry
+	clock Clock
+	epoch time.Time // origin of the monotonic nanoseconds the trackers use
+
+	// life is held for reading while a message is dispatched and for
+	// writing by Close, so Close waits for dispatches in progress.
+	life   sync.RWMutex
+	closed atomic.Bool
+
+	ctxMu sync.Mutex
+	ctxs  atomic.Pointer[[]*Context] // by tag; nil entries are free tags
+
+	malformed atomic.Uint64 // RPC messages whose header did not decode
+}
+
+// New creates an instance (crt_init_opt): it starts a messenger (or
+// joins opts.Messenger), listens if opts.Listen is set, and registers the
+// internal protocols (proto-query, URI lookup, ping) and the self-test
+// service. Create contexts with NewContext.
+func New(opts Options) (*Instance, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	in := &Instance{opts: o, log: o.Logger, clock: o.Clock, rank: RankNone}
+	in.epoch = o.Clock.Now()
+	in.reg.init()
+	empty := []*Context{}
+	in.ctxs.Store(&empty)
+	d := &dispatcher{in: in}
+
+	if o.Messenger != nil {
+		in.m = o.Messenger
+		if ls := in.m.ListenAddrs(); len(ls) > 0 {
+			in.uri = ls[0]
+			in.rank = o.Rank
+		}
+		in.m.AddDispatcherHead(d)
+	} else {
+		name := o.Name
+		if name.Type == 0 {
+			name = msg.EntityName{Type: msg.EntityClient, Num: msg.NewID}
+			if o.Listen != "" {
+				name = msg.EntityName{Type: msg.EntityOSD, Num: int64(o.Rank)}
+			}
+		}
+		m, err := msgr.New(msgr.Config{Name: name, Transports: o.Transports, Logger: o.Logger})
+		if err != nil {
+			return nil, err
+		}
+		// Lossy sessions both ways: a failed connection fails its
+		// requests at once (ErrUnreachable) rather than replaying them.
+		m.SetDefaultPolicy(msgr.LossyClient())
+		m.AddDispatcherHead(d)
+		if o.Listen != "" {
+			if err := m.Bind(o.Listen); err != nil {
+				m.Shutdown()
+				return nil, err
+			}
+		}
+		if err := m.Start(); err != nil {
+			m.Shutdown()
+			return nil, err
+		}
+		in.m, in.ownM = m, true
+		if o.Listen != "" {
+			in.uri = m.ListenAddrs()[0]
+			in.rank = o.Rank
+		}
+	}
+	in.group = newGroup(o.Group, in, in.rank, in.uri)
+	if err := in.registerInternal(); err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// URI returns the address this instance serves on, as peers dial it
+// ("tcp://127.0.0.1:41234"); empty for a client.
+func (in *Instance) URI() string { return in.uri }
+
+// Rank returns this instance's rank (RankNone for a client).
+func (in *Instance) Rank() uint32 { return in.rank }
+
+// Group returns the primary group.
+func (in *Instance) Group() *Group { return in.group }
+
+// Messenger returns the messenger the instance runs on.
+func (in *Instance) Messenger() *msgr.Messenger { return in.m }
+
+// Register registers a protocol (crt_proto_register). Its base must be
+// below MinReservedBase; a base and version may be registered once.
+func (in *Instance) Register(p Protocol) error { return in.reg.register(p, false) }
+
+// Versions returns the registered versions of protocol base, ascending.
+func (in *Instance) Versions(base uint8) []uint8 { return in.reg.versions(base) }
+
+// NewContext creates a context (crt_context_create); its tag is the
+// lowest free index. The first context has tag 0.
+func (in *Instance) NewContext(o ContextOptions) (*Context, error) {
+	if in.closed.Load() {
+		return nil, ErrShutdown
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: context timeout %v", ErrInvalid, o.Timeout)
+	}
+	if len(o.CPUs) > 0 && !o.Auto {
+		return nil, fmt.Errorf("%w: CPUs need Auto progress", ErrInvalid)
+	}
+	in.ctxMu.Lock()
+	defer in.ctxMu.Unlock()
+	cur := *in.ctxs.Load()
+	tag := len(cur)
+	for i, c := range cur {
+		if c == nil {
+			tag = i
+			break
+		}
+	}
+	if tag >= in.opts.MaxContexts {
+		return nil, fmt.Errorf("%w: %d contexts already (MaxContexts)", ErrInvalid, in.opts.MaxContexts)
+	}
+	c, err := newContext(in, uint16(tag), o)
+	if err != nil {
+		return nil, err
+	}
+	n := make([]*Context, max(len(cur), tag+1))
+	copy(n, cur)
+	n[tag] = c
+	in.ctxs.Store(&n)
+	return c, nil
+}
+
+// Context returns the context with tag, or nil.
+func (in *Instance) Context(tag uint16) *Context {
+	cs := *in.ctxs.Load()
+	if int(tag) < len(cs) {
+		return cs[tag]
+	}
+	return nil
+}
+
+func (in *Instance) contexts() []*Context {
+	var out []*Context
+	for _, c := range *in.ctxs.Load() {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (in *Instance) removeContext(c *Context) {
+	in.ctxMu.Lock()
+	defer in.ctxMu.Unlock()
+	cur := *in.ctxs.Load()
+	n := make([]*Context, len(cur))
+	copy(n, cur)
+	if int(c.tag) < len(n) && n[c.tag] == c {
+		n[c.tag] = nil
+	}
+	in.ctxs.Store(&n)
+}
+
+// Close destroys every context (their outstanding requests complete with
+// ErrShutdown and their callbacks run), waits for dispatches in progress
+// and shuts the messenger down if the instance created it. It is
+// idempotent.
+func (in *Instance) Close() error {
+	in.life.Lock()
+	already := in.closed.Swap(true)
+	in.life.Unlock()
+	if already {
+		return nil
+	}
+	for _, c := range in.contexts() {
+		c.Close()
+	}
+	if in.ownM {
+		in.m.Shutdown()
+	}
+	return nil
+}
+
+// now returns the monotonic time in nanoseconds since the instance
+// started, at least 1 (the trackers' 0 means "no deadline").
+func (in *Instance) now() int64 {
+	return int64(in.clock.Now().Sub(in.epoch)) + 1
+}
+
+// groupChanged is called by the group after a membership change.
+func (in *Instance) groupChanged(removed, changed []uint32) {
+	for _, c := range in.contexts() {
+		c.ranksChanged(removed, changed)
+	}
+}
+
+// dispatcher is the instance's msgr dispatcher: it takes RPC requests
+// and replies on the connections' reader goroutines (fast dispatch) and
+// hears about failed connections.
+type dispatcher struct{ in *Instance }
+
+func isRPC(m *msg.Message) bool {
+	return m.Header.Type == wire.TypeRequest || m.Header.Type == wire.TypeReply
+}
+
+// CanFastDispatch takes every RPC message.
+func (d *dispatcher) CanFastDispatch(m *msg.Message) bool { return isRPC(m) }
+
+// FastDispatch handles an RPC message on the reader goroutine.
+func (d *dispatcher) FastDispatch(m *msg.Message) { d.in.dispatch(m) }
+
+// Dispatch handles RPC messages that came the slow way (none normally).
+func (d *dispatcher) Dispatch(m *msg.Message) bool {
+	if !isRPC(m) {
+		return false
+	}
+	d.in.dispatch(m)
+	return true
+}
+
+// HandleReset fails the requests sent on a connection that failed.
+func (d *dispatcher) HandleReset(c *msgr.Conn) { d.in.connFailed(c) }
+
+// HandleRefused fails the requests queued on a connection that could not
+// be set up.
+func (d *dispatcher) HandleRefused(c *msgr.Conn) { d.in.connFailed(c) }
+
+func (in *Instance) connFailed(conn *msgr.Conn) {
+	if !in.life.TryRLock() {
+		return
+	}
+	defer in.life.RUnlock()
+	if in.closed.Load() {
+		return
+	}
+	for _, c := range in.contexts() {
+		c.connFailed(conn)
+	}
+}
+
+func (in *Instance) dispatch(m *msg.Message) {
+	if !in.life.TryRLock() {
+		return // closing
+	}
+	defer in.life.RUnlock()
+	if in.closed.Load() {
+		return
+	}
+	var front []byte
+	switch len(m.Front) {
+	case 0:
+	case 1:
+		front = m.Front[0]
+	default:
+		front = m.Front.Bytes()
+	}
+	h, body, err := wire.Decode(front)
+	if err != nil {
+		// Without a header there is no tag to answer to: drop it.
+		in.malformed.Add(1)
+		in.log.Debug("dropping RPC message with a bad header", "type", m.Header.Type, "tid", m.Header.Tid, "from", m.Header.Src.String(), "err", err)
+		return
+	}
+	if m.Header.Type == wire.TypeReply {
+		if c := in.Context(h.DstTag); c != nil {
+			c.handleReply(m, &h, body)
+		}
+		return
+	}
+	in.handleRequest(m, &h, body)
+}
+
+func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
+	c := in.Context(h.DstTag)
+	op := Opcode(h.Opcode)
+	var def *rpcDef
+	code, text := CodeOK, ""
+	switch {
+	case c == nil:
+		code, text = CodeBadTarget, fmt.Sprintf("no context with tag %d", h.DstTag)
+	default:
+		if def = in.reg.lookup(op); def == nil || def.handler == nil {
+			code, text = CodeUnregistered, fmt.Sprintf("opcode %v is not registered", op)
+		}
+	}
+	r := getIncoming()
+	r.init(in, c, def, m, h, body)
+	if code != CodeOK {
+		if c != nil {
+			c.nErrors.Add(1)
+		}
+		r.failCode(code, text)
+		return
+	}
+	c.nReceived.Add(1)
+	if def.flags&Inline != 0 {
+		c.serve(r)
+		return
+	}
+	if !c.pushWork(work{in: r}) {
+		r.failCode(CodeShutdown, "context is shutting down")
+	}
+}

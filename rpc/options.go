@@ -1,0 +1,185 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// Defaults and limits (CaRT's).
+const (
+	DefaultTimeout     = 60 * time.Second   // CRT_TIMEOUT default
+	MaxTimeout         = 3600 * time.Second // CRT_TIMEOUT maximum
+	DefaultCredits     = 32                 // CRT_CREDIT_EP_CTX default
+	MaxCredits         = 256                // credits are clamped to this
+	DefaultMaxContexts = 128                // CRT_CTX_NUM
+	MaxContexts        = 1024               // tags are 16 bits on the wire; this bounds the table
+	MaxPayload         = 64 << 20           // an input or output (front + data), as CaRT's 64 MiB
+	DefaultGroup       = "ferry"            // the primary group's name
+)
+
+// UnlimitedCredits as Options.Credits turns the per-endpoint in-flight
+// limit off (CaRT's credits = 0).
+const UnlimitedCredits = -1
+
+// RankNone is the rank of an instance that is not a group member (a
+// client), and the source rank of its requests.
+const RankNone = ^uint32(0)
+
+// Endpoint names a target: a rank of the primary group and a context tag
+// on it (crt_endpoint_t).
+type Endpoint struct {
+	Rank uint32
+	Tag  uint16
+}
+
+func (e Endpoint) String() string { return fmt.Sprintf("%d:%d", e.Rank, e.Tag) }
+
+// Options configure an Instance (crt_init_options_t). The zero value of
+// every field means its default; the zero Options make a client-only
+// instance on the default TCP transport.
+type Options struct {
+	// Listen is the address to serve on ("tcp://127.0.0.1:0",
+	// "inproc://rank0", "v2:127.0.0.1:3300/0"); empty makes a client-only
+	// instance (CaRT without CRT_FLAG_BIT_SERVER). Ignored with Messenger.
+	Listen string
+	// Rank is this instance's rank in its primary group when it listens
+	// (default 0). A client-only instance has RankNone.
+	Rank uint32
+	// Group is the primary group's name; default DefaultGroup.
+	Group string
+
+	// Transports resolves addresses; default transport.Default (TCP).
+	Transports *transport.Registry
+	// Name is the messenger's entity name; default osd.RANK for a server
+	// and client.? for a client.
+	Name msg.EntityName
+	// Messenger, when set, is an existing messenger to serve and send on
+	// instead of one of the instance's own: the instance adds its
+	// dispatcher at the head of its chain and takes only RPC message
+	// types, leaving the rest to the messenger's other dispatchers. The
+	// instance does not shut it down. It is a server if the messenger has
+	// bound an address (serving as Rank), a client otherwise. The
+	// messenger must be started before New is called.
+	Messenger *msgr.Messenger
+
+	// Timeout is the default request timeout (CRT_TIMEOUT); default 60 s,
+	// at most 3600 s.
+	Timeout time.Duration
+	// Credits is the number of requests each context may have in flight
+	// to one target rank before further requests wait in a queue
+	// (CRT_CREDIT_EP_CTX): 0 means the default 32; values above 256 are
+	// clamped to 256; UnlimitedCredits (negative) means no limit.
+	Credits int
+	// MaxContexts bounds the number of contexts (and so the tags);
+	// default 128, at most 1024.
+	MaxContexts int
+
+	// Clock is the time source of timeouts and deadlines; default the
+	// system clock. Tests inject a fake one.
+	Clock Clock
+	// Logger receives the instance's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout %v is negative", o.Timeout))
+	}
+	if o.MaxContexts < 0 || o.MaxContexts > MaxContexts {
+		errs = append(errs, fmt.Errorf("MaxContexts %d is not in 0..%d", o.MaxContexts, MaxContexts))
+	}
+	if o.Messenger != nil && o.Listen != "" {
+		errs = append(errs, errors.New("Listen is set with Messenger"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: options: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Group == "" {
+		o.Group = DefaultGroup
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	o.Timeout = min(o.Timeout, MaxTimeout)
+	switch {
+	case o.Credits == 0:
+		o.Credits = DefaultCredits
+	case o.Credits < 0:
+		o.Credits = 0 // the tracker's "unlimited"
+	case o.Credits > MaxCredits:
+		o.Credits = MaxCredits
+	}
+	if o.MaxContexts == 0 {
+		o.MaxContexts = DefaultMaxContexts
+	}
+	if o.Transports == nil {
+		o.Transports = transport.Default
+	}
+	if o.Clock == nil {
+		o.Clock = SystemClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// ContextOptions configure a Context. The zero value is a context whose
+// completion callbacks and handlers run in Progress.
+type ContextOptions struct {
+	// Auto gives the context its own progress goroutine, which runs
+	// completion callbacks and handlers as they come; Progress must not be
+	// called then.
+	Auto bool
+	// CPUs pins the progress goroutine (Auto) to these CPUs on a locked OS
+	// thread, as DAOS pins each xstream to a core. Empty: not pinned.
+	// Linux only; elsewhere NewContext fails if it is set.
+	CPUs []int
+	// Timeout is the default timeout of the context's requests
+	// (crt_context_set_timeout); default the instance's.
+	Timeout time.Duration
+}
+
+// Clock is a source of time: the system clock or a fake one in tests.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer.
+type Timer interface {
+	// C delivers the time when the timer fires.
+	C() <-chan time.Time
+	// Stop stops the timer; it reports whether it was running.
+	Stop() bool
+	// Reset makes the timer fire after d, as time.Timer.Reset.
+	Reset(d time.Duration)
+}
+
+// SystemClock is the system's clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a time.Timer.
+func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+
+type sysTimer struct{ t *time.Timer }
+
+func (t sysTimer) C() <-chan time.Time   { return t.t.C }
+func (t sysTimer) Stop() bool            { return t.t.Stop() }
+func (t sysTimer) Reset(d time.Duration) { t.t.Reset(d) }

@@ -1,0 +1,244 @@
+package rpc
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/track"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Request describes an RPC to send with Context.Send (crt_req_create's
+// arguments and input). The Context copies what it needs: the Request
+// may be reused as soon as Send returns, but In's buffers (and Out) must
+// stay untouched until the request completes.
+type Request struct {
+	// Endpoint is the target rank and tag.
+	Endpoint Endpoint
+	// Opcode is the RPC.
+	Opcode Opcode
+	// In is the input (nil: none).
+	In Input
+	// Out receives the output before the callback runs (nil: ignore it).
+	Out Output
+	// Timeout overrides the context's timeout (crt_req_set_timeout); 0
+	// keeps it. It is clamped to MaxTimeout.
+	Timeout time.Duration
+	// Arg is handed back in the Completion.
+	Arg any
+}
+
+// Completion is what a Send callback gets (crt_cb_info).
+type Completion struct {
+	// Handle is the request's handle (its id is no longer tracked).
+	Handle Handle
+	// Request is the request as sent; its Out holds the output if Err is
+	// nil.
+	Request Request
+	// Err is nil on success, otherwise an *Error (timed out, canceled,
+	// unreachable, excluded, shut down, or the target's code).
+	Err error
+}
+
+// Callback is called once per request sent with Send, by the context's
+// progress (Progress, or its own goroutine with Auto).
+type Callback func(Completion)
+
+// Handle refers to a request in flight. It stays safe to use after the
+// request completed: it then refers to nothing.
+type Handle struct {
+	c  *Context
+	id uint64
+}
+
+// ID returns the request's id (its message tid).
+func (h Handle) ID() uint64 { return h.id }
+
+// Abort cancels the request (crt_req_abort): if it is still queued or in
+// flight it completes with ErrCanceled (a reply that comes later is
+// ignored) and Abort returns true; if it already completed, Abort returns
+// false.
+func (h Handle) Abort() bool {
+	if h.c == nil {
+		return false
+	}
+	return h.c.finishID(h.id, track.Canceled, nil)
+}
+
+// completion modes of a request.
+const (
+	modeCall     uint8 = iota // Call waits on done
+	modeCallback              // the callback runs in progress
+	modeInline                // an internal callback runs where the request completes
+)
+
+// request is the origin's state of one RPC; pooled (the seed's reuse of
+// HG handles).
+type request struct {
+	entry track.Entry[*request]
+	c     *Context
+
+	// refs counts the owners: the completion's consumer (Call, the
+	// callback runner) and each goroutine transmitting it. The last one
+	// recycles the request.
+	refs atomic.Int32
+
+	mode   uint8
+	flags  Flags
+	oneWay bool
+	req    Request
+	cb     Callback
+	icb    func(r *request, err error) // modeInline
+	done   chan struct{}               // modeCall; capacity 1
+
+	m       *msg.Message // the request message; nil if the last one could not be reused
+	buf     []byte       // the message's front, kept for its capacity
+	scratch [][]byte     // data buffers while encoding
+
+	deadline int64                     // tracker deadline (monotonic ns), 0: none
+	conn     atomic.Pointer[msgr.Conn] // where it was transmitted
+
+	// Completion, written before the consumer is told.
+	reason    track.Reason
+	wasSent   bool
+	failErr   error
+	reply     *msg.Message
+	rc        int32
+	replyBody []byte
+}
+
+var requestPool = sync.Pool{New: func() any {
+	r := &request{done: make(chan struct{}, 1)}
+	r.entry.V = r
+	return r
+}}
+
+func getRequest(c *Context) *request {
+	r := requestPool.Get().(*request)
+	r.c = c
+	r.refs.Store(1)
+	return r
+}
+
+// unref drops one owner; the last one recycles r.
+func (r *request) unref() {
+	if r.refs.Add(-1) != 0 {
+		return
+	}
+	// The message may be reused only if the connection is done with it:
+	// its reply came (so it was written), or it was never handed over.
+	if r.wasSent && (r.reason != track.OK || r.oneWay) {
+		r.m, r.buf = nil, nil
+	}
+	if r.m != nil {
+		*r.m = msg.Message{}
+	}
+	clear(r.scratch)
+	r.scratch = r.scratch[:0]
+	r.c, r.cb, r.icb, r.req = nil, nil, nil, Request{}
+	r.failErr, r.reply, r.replyBody = nil, nil, nil
+	r.conn.Store(nil)
+	r.wasSent, r.rc = false, 0
+	requestPool.Put(r)
+}
+
+// prepare builds r's message: the RPC header and the encoded input.
+func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout time.Duration) error {
+	inst := c.in
+	var flags Flags
+	if def := inst.reg.lookup(op); def != nil {
+		flags = def.flags
+	}
+	r.flags = flags
+	r.oneWay = flags&OneWay != 0
+	h := wire.Header{
+		Opcode: uint32(op), SrcRank: inst.rank, DstRank: ep.Rank,
+		SrcTag: c.tag, DstTag: ep.Tag, GroupVersion: inst.group.Version(),
+	}
+	if r.oneWay {
+		h.Flags |= wire.FlagOneWay
+	}
+	r.deadline = 0
+	if flags&NoTimeout == 0 {
+		if timeout <= 0 {
+			timeout = c.Timeout()
+		}
+		timeout = min(timeout, MaxTimeout)
+		now := inst.clock.Now()
+		h.Flags |= wire.FlagDeadline
+		h.Deadline = now.Add(timeout).UnixNano()
+		r.deadline = int64(now.Sub(inst.epoch)) + 1 + int64(timeout)
+	}
+	if r.m == nil {
+		r.m = new(msg.Message)
+	}
+	front := h.Append(r.buf[:0])
+	front, data, err := encodeInput(in, front, r.scratch[:0])
+	r.scratch = data
+	r.buf = front
+	if err != nil {
+		return &Error{Code: CodeMalformed, Opcode: op, Endpoint: ep, Msg: "encoding input", Err: err}
+	}
+	if n := len(front) - wire.HeaderLen + msg.Buffers(data).Len(); n > MaxPayload {
+		return &Error{Code: CodeTooLarge, Opcode: op, Endpoint: ep, Msg: fmt.Sprintf("input of %d bytes", n)}
+	}
+	if len(data) > 0 {
+		h.Flags |= wire.FlagHasData
+		h.Put(front)
+	}
+	m := r.m
+	m.Header = msg.Header{Type: wire.TypeRequest, Priority: msg.PrioDefault}
+	if flags&QueueFront != 0 {
+		m.Header.Priority = msg.PrioHigh
+	}
+	switch len(data) {
+	case 0:
+		m.SetSegments(front, nil, nil)
+	case 1:
+		m.SetSegments(front, nil, data[0])
+	default:
+		m.SetSegments(front, nil, nil)
+		m.Data = append(msg.Buffers(nil), data...)
+	}
+	return nil
+}
+
+// result turns r's completion into the error the caller sees, decoding
+// the output into out on success.
+func (r *request) result(out Output) error {
+	ep, op := r.req.Endpoint, r.req.Opcode
+	switch r.reason {
+	case track.OK:
+		if r.oneWay {
+			return nil
+		}
+		if r.rc != 0 {
+			return &Error{Code: Code(r.rc), Opcode: op, Endpoint: ep, Remote: true, Msg: string(r.replyBody)}
+		}
+		var data msg.Buffers
+		if r.reply != nil {
+			data = r.reply.Data
+		}
+		if err := decodeOutput(out, r.replyBody, data); err != nil {
+			return &Error{Code: CodeMalformed, Opcode: op, Endpoint: ep, Msg: "decoding output", Err: err}
+		}
+		return nil
+	case track.TimedOut:
+		return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: r.failErr}
+	case track.Canceled:
+		return &Error{Code: CodeCanceled, Opcode: op, Endpoint: ep, Err: r.failErr}
+	case track.Excluded:
+		return &Error{Code: CodeExcluded, Opcode: op, Endpoint: ep}
+	case track.Shutdown:
+		return &Error{Code: CodeShutdown, Opcode: op, Endpoint: ep}
+	default:
+		if e, ok := r.failErr.(*Error); ok {
+			return e
+		}
+		return &Error{Code: CodeUnreachable, Opcode: op, Endpoint: ep, Err: r.failErr}
+	}
+}
