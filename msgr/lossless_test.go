@@ -162,7 +162,7 @@ func TestLosslessSurvivesResets(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(200+rand.IntN(2000)) * time.Microsecond):
+			case <-time.After(time.Duration(100+rand.IntN(1000)) * time.Microsecond):
 			}
 			if got := atSrv.got.Load(); got > last+int64(rand.IntN(100)) {
 				if netw.Reset("osd1") > 0 {
@@ -173,6 +173,10 @@ func TestLosslessSurvivesResets(t *testing.T) {
 		}
 	}()
 	for i := uint64(0); i < n; i++ {
+		if i%100 == 0 {
+			// Pace the sender: at least one reset per 200 messages.
+			waitFor(t, "a reset", 30*time.Second, func() bool { return resets.Load() >= int64(i/200) })
+		}
 		if err := conn.Send(counterMsg(i, rand.IntN(2000))); err != nil {
 			t.Fatal(err)
 		}
