@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -51,7 +52,9 @@ type Conn struct {
 	policy    Policy
 	err       error // why the connection closed
 	run       *socketRun
-	replacing bool // a new socket is taking over
+	replacing bool       // a new socket is taking over
+	owner     uint8      // who holds the write side (ownNone, ownWriter, ...)
+	ws        writeState // the write side's buffers, used by its owner
 
 	// Session state (Ceph's Pipe/ProtocolV2 fields).
 	outq          outQueue
@@ -81,6 +84,7 @@ type Conn struct {
 
 	inSeq            atomic.Uint64
 	lastRecv         atomic.Int64 // unix ns of the last frame received
+	lastWrite        atomic.Int64 // unix ns of the last write to the socket
 	lastKeepalive    atomic.Int64 // unix ns when the peer's last KEEPALIVE2 arrived
 	lastKeepaliveAck atomic.Int64 // unix ns of the stamp the peer last acked
 	reconnects       atomic.Uint64
@@ -203,9 +207,12 @@ func (c *Conn) isClosed() bool {
 
 // Send queues m for the peer and returns without waiting. Messages go out
 // highest priority first, FIFO within a priority; the connection assigns
-// m.Header.Seq and m.Header.AckSeq. The caller must not modify m or its
-// buffers afterwards: a lossless session keeps m until the peer has
-// acknowledged it. Send fails with ErrClosed (wrapping the reason) once
+// m.Header.Seq and m.Header.AckSeq. Send takes ownership of m: the caller
+// must not touch m or its buffers afterwards. A lossless session keeps m
+// until the peer has acknowledged it; once the messenger no longer needs
+// m (written on a lossy session, acknowledged on a lossless one, or
+// dropped) it calls m.Done, so a received message can be sent on as is
+// and its pooled buffers are recycled. Send fails with ErrClosed (wrapping the reason) once
 // the connection has closed, with ErrTooLarge if m exceeds the limits, and
 // with ErrOutQueueFull if the out queue is at its bound.
 func (c *Conn) Send(m *msg.Message) error {
@@ -228,8 +235,7 @@ func (c *Conn) Send(m *msg.Message) error {
 		return ErrOutQueueFull
 	}
 	c.outq.push(m)
-	c.mu.Unlock()
-	c.poke()
+	c.tryInline()
 	return nil
 }
 
@@ -282,9 +288,9 @@ func (c *Conn) close(reason error, notify bool) {
 	if errors.Is(reason, ErrMarkedDown) || errors.Is(reason, ErrShutdown) {
 		notify = false
 	}
-	c.outq.drain()
-	clear(c.replay)
-	clear(c.sent)
+	dropped := c.outq.drain()
+	dropped = append(dropped, c.replay...)
+	dropped = append(dropped, c.sent...)
 	c.replay, c.sent = nil, nil
 	r := c.run
 	c.run = nil
@@ -299,6 +305,12 @@ func (c *Conn) close(reason error, notify bool) {
 	if r != nil {
 		r.fail(reason)
 	}
+	if r == nil {
+		// No writer can be using them: release what was dropped.
+		for _, mm := range dropped {
+			mm.Done()
+		}
+	}
 	c.m.removeConn(c)
 	if notify && c.m.ctx.Err() == nil && wasOpen {
 		c.m.queueEvent(itemReset, c)
@@ -310,6 +322,14 @@ func (c *Conn) close(reason error, notify bool) {
 // reader and writer goroutines working on it.
 type socketRun struct {
 	nc   net.Conn
+	raw  syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
+
+	// tryWrite's arguments and results, kept here so that the call does
+	// not allocate a closure.
+	writeFn func(uintptr) bool
+	wb      []byte
+	wn      int
+	werr    error
 	e    *msgr2.Engine
 	stop chan struct{} // closed by fail: the writer stops
 	done chan struct{} // closed when reader and writer have exited
@@ -335,7 +355,39 @@ func (r *socketRun) reason(err error) error {
 }
 
 func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
-	return &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			r.raw = raw
+			r.writeFn = r.write
+		}
+	}
+	return r
+}
+
+// tryWrite makes one non-blocking write(2) attempt and returns how much
+// the socket took (0 if it would block). Only the write side's owner
+// calls it.
+func (r *socketRun) tryWrite(b []byte) (int, error) {
+	r.wb = b
+	err := r.raw.Write(r.writeFn)
+	n, werr := r.wn, r.werr
+	r.wb, r.werr = nil, nil
+	switch {
+	case err != nil:
+		return 0, err
+	case werr == syscall.EAGAIN || werr == syscall.EINTR:
+		return 0, nil
+	case werr != nil:
+		return 0, werr
+	}
+	return n, nil
+}
+
+// write is the function handed to RawConn.Write: one attempt, no waiting.
+func (r *socketRun) write(fd uintptr) bool {
+	r.wn, r.werr = syscall.Write(int(fd), r.wb)
+	return true
 }
 
 // socketFailed is called (by the reader, once its writer has stopped)
@@ -396,6 +448,7 @@ func (c *Conn) requeueLocked() {
 func (c *Conn) discardAckedLocked(upTo uint64) {
 	i := 0
 	for i < len(c.sent) && c.sent[i].Header.Seq <= upTo {
+		c.sent[i].Done()
 		c.sent[i] = nil
 		i++
 	}
@@ -404,6 +457,7 @@ func (c *Conn) discardAckedLocked(upTo uint64) {
 	}
 	i = 0
 	for i < len(c.replay) && c.replay[i].Header.Seq <= upTo {
+		c.replay[i].Done()
 		c.replay[i] = nil
 		i++
 	}

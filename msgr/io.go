@@ -26,6 +26,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	lossy := pol.Lossy
 	inj := m.cfg.Inject.SocketFailures
 	var scratch []byte
+	ackDue := false
 	for {
 		if inj > 0 && injectHit(inj) {
 			return ErrInjectedFailure
@@ -34,13 +35,14 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		var buf []byte
 		var held int64 // throttle budget taken for this frame
 		var recvStamp time.Time
+		var release func(*msg.Message)
 		if retain {
 			recvStamp = time.Now()
 			if err := c.takeBudget(&pol, int64(n)); err != nil {
 				return err
 			}
 			held = int64(n)
-			buf = make([]byte, n)
+			buf, release = getBody(n)
 		} else {
 			if cap(scratch) < n {
 				scratch = make([]byte, n)
@@ -64,6 +66,10 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			case msgr2.EvMessage:
 				if ev.Dropped {
 					m.log.Debug("dropping duplicate message", "conn", c.id, "seq", ev.Seq, "in_seq", e.InSeq())
+					if release != nil {
+						release(&msg.Message{})
+						release = nil
+					}
 					continue
 				}
 				if ev.Skipped > 0 && !lossy {
@@ -74,6 +80,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				mm.RecvCompleteStamp = now
 				mm.ThrottleStamp = recvStamp
 				mm.Conn = c
+				mm.Release, release = release, nil
 				m.injectDelay(c, mm)
 				err := c.deliver(&pol, mm, held)
 				held = 0
@@ -83,12 +90,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				if err != nil {
 					return err
 				}
-				if !lossy {
-					c.mu.Lock()
-					c.ackPending = true
-					c.mu.Unlock()
-					c.poke()
-				}
+				ackDue = !lossy
 			case msgr2.EvAck:
 				if !lossy {
 					c.mu.Lock()
@@ -107,6 +109,14 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			}
 		}
 		c.putBudget(&pol, held) // a dropped duplicate
+		if ackDue && br.Buffered() == 0 {
+			// Acknowledge once per burst of messages read, not per message;
+			// a message going the other way would carry the ack anyway.
+			ackDue = false
+			c.mu.Lock()
+			c.ackPending = true
+			c.tryInline()
+		}
 	}
 }
 
@@ -167,22 +177,148 @@ const (
 	keepBuf    = 4 << 20 // a write buffer grown past this is dropped after use
 )
 
-// writeLoop drains the connection's queues onto r: requeued messages
-// first (with their sequence numbers), then the out queue by priority,
-// plus keepalives and acks. Everything pending is encoded into one buffer
-// (large data segments by reference) and written with one write or
-// writev. On a lossless session each message moves to the sent list
-// before it is written, so a failed write loses nothing.
-func (c *Conn) writeLoop(r *socketRun) {
-	var (
-		wbuf  []byte
-		iov   net.Buffers
-		batch []*msg.Message
-		mf    msgr2.MessageFrame
-	)
-	e := r.e
-	nc := r.nc
+// Who is writing to the socket: the write state below belongs to them.
+const (
+	ownNone    uint8 = iota
+	ownWriter        // the writer goroutine
+	ownInline        // a Send caller writing inline (never blocks)
+	ownHandoff       // an inline write was partial: the writer goroutine must finish it
+)
+
+// writeState is the encoder's buffers, used by whoever owns the write side
+// (Conn.owner), so the writer goroutine and inline senders share them.
+type writeState struct {
+	wbuf  []byte
+	iov   net.Buffers
+	wv    net.Buffers // WriteTo consumes it; iov keeps the capacity
+	batch []*msg.Message
+	mf    msgr2.MessageFrame
+	rest  []byte // handoff: the unwritten tail of an inline write
+	lossy bool
+}
+
+// collectLocked moves the next batch of work into w: requeued messages
+// first (keeping their sequence numbers), then the out queue by priority,
+// numbering new messages; on a lossless session they join the sent list
+// before they are written, so a failed write loses nothing. It reports
+// whether there is anything to write. c.mu must be held.
+func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
+	w.batch = w.batch[:0]
+	total := 0
+	nReplay := 0
+	for len(c.replay) > 0 && total < batchBytes {
+		mm := c.replay[0]
+		c.replay[0] = nil
+		c.replay = c.replay[1:]
+		w.batch = append(w.batch, mm)
+		total += mm.Len() + 64
+		nReplay++
+	}
+	if len(c.replay) == 0 {
+		c.replay = nil
+	}
+	if total < batchBytes {
+		w.batch = c.outq.popBatch(w.batch, batchBytes-total)
+	}
+	w.lossy = c.policy.Lossy
+	for _, mm := range w.batch[nReplay:] {
+		c.outSeq++
+		mm.Header.Seq = c.outSeq
+	}
+	if !w.lossy {
+		c.sent = append(c.sent, w.batch...)
+	}
+	ka, kaAck, stamp, ack := c.sendKA, c.sendKAAck, c.kaAckStamp, c.ackPending
+	c.sendKA, c.sendKAAck, c.ackPending = false, false, false
+	if len(w.batch) == 0 && !ka && !kaAck && !ack {
+		return false
+	}
+	w.encode(c, e, ka, kaAck, stamp, ack)
+	return true
+}
+
+// encode writes the frames of w.batch and the control frames into w.wbuf
+// and w.iov.
+func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr2.Stamp, ack bool) {
 	rev1 := e.Rev1()
+	w.wbuf = w.wbuf[:0]
+	w.iov = w.iov[:0]
+	mark := 0 // start of wbuf not yet in iov
+	inSeq := c.inSeq.Load()
+	if kaAck {
+		w.wbuf = e.AppendKeepaliveAck(w.wbuf, stamp)
+	}
+	if ka {
+		now := time.Now()
+		w.wbuf = e.AppendKeepalive(w.wbuf, msgr2.Stamp{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
+	}
+	if ack && len(w.batch) == 0 {
+		w.wbuf = e.AppendAck(w.wbuf, inSeq)
+	}
+	for _, mm := range w.batch {
+		mm.Header.AckSeq = inSeq
+		h := &mm.Header
+		w.mf = msgr2.MessageFrame{
+			Header: msgr2.Header2{
+				Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
+				Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
+				Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
+			},
+			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
+		}
+		w.wbuf = w.mf.AppendHead(w.wbuf, rev1)
+		for _, p := range mm.Data {
+			if len(p) < copyMax {
+				w.wbuf = append(w.wbuf, p...)
+				continue
+			}
+			if len(w.wbuf) > mark {
+				w.iov = append(w.iov, w.wbuf[mark:])
+			}
+			w.iov = append(w.iov, p)
+			mark = len(w.wbuf)
+		}
+		w.wbuf = w.mf.AppendTail(w.wbuf, rev1)
+	}
+	if len(w.iov) > 0 && len(w.wbuf) > mark {
+		w.iov = append(w.iov, w.wbuf[mark:])
+	}
+}
+
+// write writes what encode produced, blocking until it is all written.
+func (w *writeState) write(nc net.Conn) error {
+	var err error
+	if len(w.iov) == 0 {
+		_, err = nc.Write(w.wbuf)
+	} else {
+		w.wv = w.iov
+		_, err = w.wv.WriteTo(nc)
+		clear(w.iov)
+	}
+	return err
+}
+
+// done releases the batch after it was written.
+func (w *writeState) done() {
+	if w.lossy {
+		// Nothing to keep: release what the messages hold.
+		for _, mm := range w.batch {
+			mm.Done()
+		}
+	}
+	clear(w.batch)
+	w.batch = w.batch[:0]
+	if cap(w.wbuf) > keepBuf {
+		w.wbuf = nil
+	}
+}
+
+// writeLoop is the connection's writer (the seed's Pipe::Writer): woken
+// by Send, keepalives and acks, it drains everything pending onto r with
+// one write or writev per batch, unless an inline sender holds the write
+// side, in which case that sender pokes it when done.
+func (c *Conn) writeLoop(r *socketRun) {
+	w := &c.ws
 	inj := c.m.cfg.Inject.SocketFailures
 	for {
 		select {
@@ -198,98 +334,110 @@ func (c *Conn) writeLoop(r *socketRun) {
 				c.mu.Unlock()
 				return
 			}
-			batch = batch[:0]
-			total := 0
-			nReplay := 0
-			for len(c.replay) > 0 && total < batchBytes {
-				mm := c.replay[0]
-				c.replay[0] = nil
-				c.replay = c.replay[1:]
-				batch = append(batch, mm)
-				total += mm.Len() + 64
-				nReplay++
-			}
-			if len(c.replay) == 0 {
-				c.replay = c.replay[:0:0]
-			}
-			if total < batchBytes {
-				batch = c.outq.popBatch(batch, batchBytes-total)
-			}
-			lossy := c.policy.Lossy
-			for _, mm := range batch[nReplay:] {
-				c.outSeq++
-				mm.Header.Seq = c.outSeq
-			}
-			if !lossy {
-				c.sent = append(c.sent, batch...)
-			}
-			ka, kaAck, stamp, ack := c.sendKA, c.sendKAAck, c.kaAckStamp, c.ackPending
-			c.sendKA, c.sendKAAck, c.ackPending = false, false, false
-			c.mu.Unlock()
-			if len(batch) == 0 && !ka && !kaAck && !ack {
+			if c.owner == ownInline {
+				c.mu.Unlock()
 				break
 			}
-			wbuf = wbuf[:0]
-			iov = iov[:0]
-			mark := 0 // start of wbuf not yet in iov
-			inSeq := c.inSeq.Load()
-			if kaAck {
-				wbuf = e.AppendKeepaliveAck(wbuf, stamp)
-			}
-			if ka {
-				now := time.Now()
-				wbuf = e.AppendKeepalive(wbuf, msgr2.Stamp{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
-			}
-			if ack && len(batch) == 0 {
-				wbuf = e.AppendAck(wbuf, inSeq)
-			}
-			for _, mm := range batch {
-				mm.Header.AckSeq = inSeq
-				h := &mm.Header
-				mf = msgr2.MessageFrame{
-					Header: msgr2.Header2{
-						Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
-						Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
-						Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
-					},
-					Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
+			if c.owner == ownHandoff {
+				c.owner = ownWriter
+				c.mu.Unlock()
+				_, err := r.nc.Write(w.rest)
+				w.rest = nil
+				w.done()
+				if err != nil {
+					c.release()
+					r.fail(err)
+					return
 				}
-				wbuf = mf.AppendHead(wbuf, rev1)
-				for _, p := range mm.Data {
-					if len(p) < copyMax {
-						wbuf = append(wbuf, p...)
-						continue
-					}
-					if len(wbuf) > mark {
-						iov = append(iov, wbuf[mark:])
-					}
-					iov = append(iov, p)
-					mark = len(wbuf)
-				}
-				wbuf = mf.AppendTail(wbuf, rev1)
+				c.mu.Lock()
 			}
+			if !c.collectLocked(w, r.e) {
+				c.owner = ownNone
+				c.mu.Unlock()
+				break
+			}
+			c.owner = ownWriter
+			c.mu.Unlock()
 			if inj > 0 && injectHit(inj) {
+				c.release()
 				r.fail(ErrInjectedFailure)
 				return
 			}
-			var err error
-			if len(iov) == 0 {
-				_, err = nc.Write(wbuf)
-			} else {
-				if len(wbuf) > mark {
-					iov = append(iov, wbuf[mark:])
-				}
-				_, err = iov.WriteTo(nc)
-			}
-			clear(iov[:cap(iov)])
-			clear(batch)
+			c.lastWrite.Store(nanotime())
+			err := w.write(r.nc)
+			w.done()
+			c.release()
 			if err != nil {
 				r.fail(err)
 				return
 			}
-			if cap(wbuf) > keepBuf {
-				wbuf = nil
-			}
 		}
 	}
 }
+
+// release gives up the write side.
+func (c *Conn) release() {
+	c.mu.Lock()
+	c.owner = ownNone
+	c.mu.Unlock()
+}
+
+// inlineIdle is how long the socket must have been idle for a Send to
+// write inline: a sender that is streaming messages leaves them to the
+// writer goroutine, which coalesces them into one write.
+const inlineIdle = int64(30 * time.Microsecond)
+
+func nanotime() int64 { return time.Now().UnixNano() }
+
+
+// tryInline writes what is queued from the calling goroutine when the
+// write side is free and the socket accepts it without blocking, saving
+// the hand-off to the writer goroutine (a wake-up, which costs more than
+// the write itself for small messages). It never blocks: what the socket
+// does not take at once is handed to the writer. c.mu is held on entry
+// and released on return.
+func (c *Conn) tryInline() {
+	r := c.run
+	now := nanotime()
+	if c.owner != ownNone || c.state != stateOpen || r == nil || r.raw == nil ||
+		c.outq.bytes >= copyMax || len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 ||
+		now-c.lastWrite.Load() < inlineIdle {
+		// Busy, not a socket, or large data (which the writer sends with
+		// writev without copying): the writer goroutine does it.
+		c.mu.Unlock()
+		c.poke()
+		return
+	}
+	w := &c.ws
+	if !c.collectLocked(w, r.e) {
+		c.mu.Unlock()
+		return
+	}
+	c.owner = ownInline
+	c.mu.Unlock()
+	c.lastWrite.Store(now)
+	n, err := r.tryWrite(w.wbuf)
+	switch {
+	case err != nil:
+		w.done()
+		c.release()
+		r.fail(err)
+	case n == len(w.wbuf):
+		w.done()
+		c.mu.Lock()
+		c.owner = ownNone
+		more := c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending
+		c.mu.Unlock()
+		if more {
+			c.poke()
+		}
+	default:
+		w.rest = w.wbuf[n:]
+		w.wbuf = nil // the tail belongs to the writer now
+		c.mu.Lock()
+		c.owner = ownHandoff
+		c.mu.Unlock()
+		c.poke()
+	}
+}
+
