@@ -321,8 +321,8 @@ func (c *Conn) close(reason error, notify bool) {
 // socketRun is one socket carrying a connection: its engine, and the
 // reader and writer goroutines working on it.
 type socketRun struct {
-	nc   net.Conn
-	raw  syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
+	nc  net.Conn
+	raw syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
 
 	// tryWrite's arguments and results, kept here so that the call does
 	// not allocate a closure.
@@ -330,9 +330,9 @@ type socketRun struct {
 	wb      []byte
 	wn      int
 	werr    error
-	e    *msgr2.Engine
-	stop chan struct{} // closed by fail: the writer stops
-	done chan struct{} // closed when reader and writer have exited
+	e       *msgr2.Engine
+	stop    chan struct{} // closed by fail: the writer stops
+	done    chan struct{} // closed when reader and writer have exited
 
 	once sync.Once
 	err  error // why it failed (set before the socket is closed)

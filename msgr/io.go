@@ -389,7 +389,6 @@ const inlineIdle = int64(30 * time.Microsecond)
 
 func nanotime() int64 { return time.Now().UnixNano() }
 
-
 // tryInline writes what is queued from the calling goroutine when the
 // write side is free and the socket accepts it without blocking, saving
 // the hand-off to the writer goroutine (a wake-up, which costs more than
@@ -440,4 +439,3 @@ func (c *Conn) tryInline() {
 		c.poke()
 	}
 }
-

@@ -159,8 +159,7 @@ func (c *Context) takeSendRefs(out *track.Ready[*request]) {
 		e.V.refs.Add(1)
 	}
 	for _, d := range out.Done {
-		r := d.E.V
-		r.reason, r.wasSent = d.Reason, d.WasSent
+		d.E.V.reason = d.Reason
 	}
 }
 
@@ -343,10 +342,15 @@ func (c *Context) transmit(r *request) {
 			return
 		}
 		r.conn.Store(conn)
+		// The connection holds a reference until it releases the message.
+		r.refs.Add(1)
+		r.m.Release = r.relFn
 		err = conn.Send(r.m)
 		if err == nil {
 			break
 		}
+		r.m.Release = nil
+		r.refs.Add(-1) // not the last: this transmit holds one
 		if errors.Is(err, msgr.ErrClosed) && attempt == 0 {
 			c.forgetConn(conn) // a stale cached connection: dial again once
 			continue

@@ -27,6 +27,11 @@ type Incoming struct {
 	prio msg.Priority
 	body []byte
 	data msg.Buffers
+	rel  func(*msg.Message) // the request's own Release (pooled body)
+	// taken is set once the handler has been given the data segment;
+	// until then the request's buffers can go back to the messenger's
+	// pool after the reply is sent.
+	taken bool
 
 	// state is gen<<1 | answered: the generation tells a recycled
 	// Incoming from the one a handler was given.
@@ -44,13 +49,20 @@ func (r *Incoming) init(in *Instance, c *Context, def *rpcDef, m *msg.Message, h
 	r.in, r.c, r.def, r.m, r.conn = in, c, def, m, m.Conn
 	r.hdr, r.tid, r.prio = *h, m.Header.Tid, m.Header.Priority
 	r.body, r.data = body, m.Data
+	r.rel, r.taken = m.Release, false
+	m.Release = nil
 	r.state.Store(gen << 1)
 }
 
 // release recycles r. Its state keeps the generation, marked answered.
+// A request whose data segment nobody took gives its buffers back.
 func (r *Incoming) release() {
+	if !r.taken && r.rel != nil && r.m != nil {
+		r.m.Release = r.rel
+		r.m.Done()
+	}
 	r.in, r.c, r.def, r.m, r.conn = nil, nil, nil, nil, nil
-	r.body, r.data = nil, nil
+	r.body, r.data, r.rel = nil, nil, nil
 	clear(r.scratch)
 	r.scratch = r.scratch[:0]
 	incomingPool.Put(r)
@@ -113,14 +125,23 @@ func (r *Incoming) Context(parent context.Context) (context.Context, context.Can
 	return context.WithCancel(parent)
 }
 
-// Data returns the request's data segment as it arrived (not copied).
-func (r *Incoming) Data() msg.Buffers { return r.data }
+// Data returns the request's data segment as it arrived (not copied);
+// the buffers belong to the handler afterwards.
+func (r *Incoming) Data() msg.Buffers {
+	if len(r.data) > 0 {
+		r.taken = true
+	}
+	return r.data
+}
 
 // Decode decodes the input into v (UnmarshalBinary with the encoded part,
 // ReceiveData with the data segment). A failure, including a panic in
 // v's methods, is an *Error with CodeMalformed; returning it from the
 // handler answers the origin with that code.
 func (r *Incoming) Decode(v Output) error {
+	if _, ok := v.(DataReceiver); ok && len(r.data) > 0 {
+		r.taken = true
+	}
 	if err := decodeOutput(v, r.body, r.data); err != nil {
 		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Msg: "decoding input: " + err.Error()}
 	}
@@ -223,10 +244,10 @@ func (r *Incoming) sendError(code Code, text string) {
 	h := r.replyHeader(code)
 	bp := getBuf()
 	front := append(h.Append((*bp)[:0]), text...)
-	r.send(front, bp, nil)
-	if r := r.c; r != nil {
-		r.nErrors.Add(1)
+	if c := r.c; c != nil {
+		c.nErrors.Add(1)
 	}
+	r.send(front, bp, nil) // recycles r
 }
 
 // send turns the request message into the reply and sends it. The reply
@@ -236,6 +257,10 @@ func (r *Incoming) sendError(code Code, text string) {
 // buffer itself becomes the reply's front.
 func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 	m, conn, c := r.m, r.conn, r.c
+	var rel func(*msg.Message)
+	if !r.taken {
+		rel = r.rel // nobody keeps the request's buffers
+	}
 	var reqFront []byte
 	if len(m.Front) == 1 {
 		reqFront = m.Front[0]
@@ -249,7 +274,7 @@ func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 		front = append([]byte(nil), front...) // do not pin a big buffer
 		putBuf(bp)
 	}
-	*m = msg.Message{Header: msg.Header{Type: wire.TypeReply, Tid: r.tid, Priority: r.prio}}
+	*m = msg.Message{Header: msg.Header{Type: wire.TypeReply, Tid: r.tid, Priority: r.prio}, Release: rel}
 	switch len(data) {
 	case 0:
 		m.SetSegments(front, nil, nil)
@@ -259,11 +284,14 @@ func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 		m.SetSegments(front, nil, nil)
 		m.Data = append(msg.Buffers(nil), data...)
 	}
+	r.rel = nil // m carries it now
 	r.release()
 	if conn == nil {
+		m.Done()
 		return
 	}
 	if err := conn.Send(m); err != nil {
+		m.Done()
 		if c != nil {
 			c.in.log.Debug("reply not sent", "tag", c.tag, "err", err)
 		}

@@ -313,9 +313,6 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 	r := getIncoming()
 	r.init(in, c, def, m, h, body)
 	if code != CodeOK {
-		if c != nil {
-			c.nErrors.Add(1)
-		}
 		r.failCode(code, text)
 		return
 	}

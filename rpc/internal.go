@@ -151,7 +151,7 @@ func (in *Instance) handleURILookup(r *Incoming) error {
 	}
 	if q.rank == in.rank && in.uri != "" {
 		if in.Context(q.tag) == nil {
-			return &Error{Code: CodeNotFound, Msg: fmt.Sprintf("rank %d has no context with tag %d", q.rank, q.tag)}
+			return &Error{Code: CodeBadTarget, Msg: fmt.Sprintf("rank %d has no context with tag %d", q.rank, q.tag)}
 		}
 		return r.Reply(&uriLookupOut{tag: q.tag, uri: in.uri})
 	}
@@ -245,6 +245,10 @@ func (c *Context) lookupTarget(l *lookup) (Endpoint, bool) {
 }
 
 func (c *Context) lookupDone(l *lookup, out *uriLookupOut, err error) {
+	if e, ok := err.(*Error); ok && e.Remote && e.Code == CodeBadTarget {
+		c.endLookup(l, err)
+		return
+	}
 	if err == nil {
 		if !c.in.group.setURI(l.ep.Rank, out.tag, out.uri) {
 			c.endLookup(l, &Error{Code: CodeExcluded, Endpoint: l.ep})
@@ -267,9 +271,17 @@ func (c *Context) endLookup(l *lookup, err error) {
 	waiters := l.waiters
 	l.waiters = nil
 	c.lkMu.Unlock()
+	var fail error
+	if err != nil {
+		fail = &Error{Code: CodeUnreachable, Endpoint: l.ep, Msg: "URI lookup failed", Err: err}
+		if e, ok := err.(*Error); ok && e.Remote && e.Code == CodeBadTarget {
+			// The rank itself says it has no such context.
+			fail = &Error{Code: CodeBadTarget, Endpoint: l.ep, Remote: true, Msg: e.Msg}
+		}
+	}
 	for _, id := range waiters {
-		if err != nil {
-			c.finishID(id, track.Failed, &Error{Code: CodeUnreachable, Endpoint: l.ep, Msg: "URI lookup failed", Err: err})
+		if fail != nil {
+			c.finishID(id, track.Failed, fail)
 			continue
 		}
 		c.mu.Lock()
@@ -342,9 +354,11 @@ func zeroBytes(n int) []byte {
 }
 
 func handleSelfTest(r *Incoming) error {
+	// Only the reply size is read: the payload is not taken, so its
+	// buffer goes back to the messenger's pool once the reply is sent.
 	var in SelfTestInput
-	if err := r.Decode(&in); err != nil {
-		return err
+	if err := in.UnmarshalBinary(r.body); err != nil {
+		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Msg: "decoding input: " + err.Error()}
 	}
 	if in.ReplySize > MaxPayload {
 		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("reply of %d bytes asked", in.ReplySize)}

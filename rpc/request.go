@@ -95,30 +95,36 @@ type request struct {
 	icb    func(r *request, err error) // modeInline
 	done   chan struct{}               // modeCall; capacity 1
 
-	m       *msg.Message // the request message; nil if the last one could not be reused
-	buf     []byte       // the message's front, kept for its capacity
-	scratch [][]byte     // data buffers while encoding
+	m       *msg.Message       // the request message, reused
+	buf     []byte             // the message's front, kept for its capacity
+	scratch [][]byte           // data buffers while encoding
+	relFn   func(*msg.Message) // m.Release while a connection holds m
 
 	deadline int64                     // tracker deadline (monotonic ns), 0: none
 	conn     atomic.Pointer[msgr.Conn] // where it was transmitted
 
 	// Completion, written before the consumer is told.
 	reason    track.Reason
-	wasSent   bool
 	failErr   error
 	reply     *msg.Message
 	rc        int32
 	replyBody []byte
 }
 
-var requestPool = sync.Pool{New: func() any {
-	r := &request{done: make(chan struct{}, 1)}
+var requestPool sync.Pool
+
+func newRequest() *request {
+	r := &request{done: make(chan struct{}, 1), m: new(msg.Message)}
 	r.entry.V = r
+	r.relFn = func(*msg.Message) { r.unref() }
 	return r
-}}
+}
 
 func getRequest(c *Context) *request {
-	r := requestPool.Get().(*request)
+	r, _ := requestPool.Get().(*request)
+	if r == nil {
+		r = newRequest()
+	}
 	r.c = c
 	r.refs.Store(1)
 	return r
@@ -129,20 +135,16 @@ func (r *request) unref() {
 	if r.refs.Add(-1) != 0 {
 		return
 	}
-	// The message may be reused only if the connection is done with it:
-	// its reply came (so it was written), or it was never handed over.
-	if r.wasSent && (r.reason != track.OK || r.oneWay) {
-		r.m, r.buf = nil, nil
-	}
-	if r.m != nil {
-		*r.m = msg.Message{}
-	}
+	// Every connection that was handed the message has released it
+	// (msgr calls Release once it has written a lossy message or the peer
+	// acknowledged a lossless one), so it can be reused.
+	*r.m = msg.Message{}
 	clear(r.scratch)
 	r.scratch = r.scratch[:0]
 	r.c, r.cb, r.icb, r.req = nil, nil, nil, Request{}
 	r.failErr, r.reply, r.replyBody = nil, nil, nil
 	r.conn.Store(nil)
-	r.wasSent, r.rc = false, 0
+	r.rc = 0
 	requestPool.Put(r)
 }
 
@@ -172,9 +174,6 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 		h.Flags |= wire.FlagDeadline
 		h.Deadline = now.Add(timeout).UnixNano()
 		r.deadline = int64(now.Sub(inst.epoch)) + 1 + int64(timeout)
-	}
-	if r.m == nil {
-		r.m = new(msg.Message)
 	}
 	front := h.Append(r.buf[:0])
 	front, data, err := encodeInput(in, front, r.scratch[:0])
@@ -223,7 +222,14 @@ func (r *request) result(out Output) error {
 		if r.reply != nil {
 			data = r.reply.Data
 		}
-		if err := decodeOutput(out, r.replyBody, data); err != nil {
+		err := decodeOutput(out, r.replyBody, data)
+		if _, took := out.(DataReceiver); r.reply != nil && (!took || len(data) == 0) {
+			// Nothing of the reply is kept: its buffers may go back to
+			// the messenger's pool.
+			r.reply.Done()
+		}
+		r.reply, r.replyBody = nil, nil
+		if err != nil {
 			return &Error{Code: CodeMalformed, Opcode: op, Endpoint: ep, Msg: "decoding output", Err: err}
 		}
 		return nil

@@ -41,6 +41,9 @@ func newHolder() *holder {
 }
 
 func testProto(h *holder) rpc.Protocol {
+	if h == nil {
+		h = newHolder()
+	}
 	return rpc.Protocol{Name: "test", Base: 1, Version: 1, RPCs: []rpc.RPC{
 		opEcho: {Name: "echo", Handler: func(r *rpc.Incoming) error {
 			var p pair
@@ -109,7 +112,8 @@ func TestCall(t *testing.T) {
 	if err := c.Ping(ctx, rpc.Endpoint{}); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.Stats(); st.Replied != 7 || st.InFlight != 0 {
+	// 7 calls and the URI lookup of tag 1.
+	if st := c.Stats(); st.Replied != 8 || st.URILookups != 1 || st.InFlight != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -444,7 +448,7 @@ func TestAbort(t *testing.T) {
 // serving.
 func TestTargetErrors(t *testing.T) {
 	checkGoroutines(t)
-	_, cli, _ := setup(t, rpc.Options{}, rpc.Options{})
+	srv, cli, _ := setup(t, rpc.Options{}, rpc.Options{})
 	c := newCtx(t, cli, rpc.ContextOptions{})
 	ctx := context.Background()
 	ok := func() {
@@ -497,6 +501,16 @@ func TestTargetErrors(t *testing.T) {
 	// Rank not in the group.
 	if err := c.Call(ctx, rpc.Endpoint{Rank: 5}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrUnreachable) {
 		t.Errorf("unknown rank: %v", err)
+	}
+	// A context that goes away after its URI was learned: the target
+	// answers ErrBadTarget.
+	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Context(1).Close()
+	var e *rpc.Error
+	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrBadTarget) || !errors.As(err, &e) || !e.Remote {
+		t.Errorf("closed context: %v", err)
 	}
 	ok()
 }
@@ -674,7 +688,7 @@ func TestURILookup(t *testing.T) {
 	}
 	// A tag that does not exist: the lookup fails, the request with it.
 	err := c.Call(context.Background(), rpc.Endpoint{Rank: 1, Tag: 9}, op(opEcho), &pair{}, nil)
-	if !errors.Is(err, rpc.ErrUnreachable) {
+	if !errors.Is(err, rpc.ErrBadTarget) {
 		t.Fatalf("missing tag: %v", err)
 	}
 	// Servers find each other's tags the same way.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -26,9 +27,12 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	count := fs.Int("count", 10, "number of pings to send")
 	size := fs.Int("size", 0, "bytes of data in each ping's data segment; the peer must echo them (use 0 for a Ceph mon)")
 	inflight := fs.Int("inflight", 1, "maximum pings outstanding at once on the connection")
+	interval := fs.Duration("interval", 0, "wait at least this long between two pings (0: send as fast as the window allows)")
+	verify := fs.Bool("verify", false, "tag each ping's data with its own counter (--size is raised to 8) and check the echoes: report lost, duplicated and reordered pings; ride out connection resets whatever the policy")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of text")
 	timeout := fs.Duration("timeout", 30*time.Second, "overall time limit, connection setup included")
 	verbose := fs.Bool("verbose", false, "log debug messages")
+	mflags := addMsgrFlags(fs, "lossy-client")
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -42,18 +46,27 @@ func runPing(ctx context.Context, e *env, args []string) int {
 		return usageError(e, fs, "--size must be between 0 and %d", maxPingSize)
 	case *inflight < 1:
 		return usageError(e, fs, "--inflight must be at least 1")
+	case *interval < 0:
+		return usageError(e, fs, "--interval must not be negative")
 	case *timeout <= 0:
 		return usageError(e, fs, "--timeout must be positive")
 	}
+	mopts, err := mflags.options()
+	if err != nil {
+		return usageError(e, fs, "%v", err)
+	}
 	addr := pos[0]
-	opts := pingOptions{Count: *count, Size: *size, Inflight: *inflight}
+	opts := pingOptions{Count: *count, Size: *size, Inflight: *inflight, Interval: *interval, Verify: *verify}
+	if opts.Verify {
+		opts.Size = max(opts.Size, counterBytes)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	log := newLogger(e, *verbose)
-	pc, err := dialPing(ctx, addr, log)
+	pc, err := dialPingWith(ctx, addr, log, mopts)
 	if err != nil {
-		res := &pingResult{Requested: opts.Count, Err: err}
+		res := &pingResult{Requested: opts.Count, Verify: opts.Verify, Err: err}
 		if *asJSON {
 			writeJSON(e, newPingReport(res, opts, addr, ""))
 		} else {
@@ -64,10 +77,11 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	defer pc.Close()
 	peer := pc.conn.PeerName().String()
 	if !*asJSON {
-		fmt.Fprintf(e.stdout, "PING %s (%s): %d pings, %d data bytes each, %d in flight\n", addr, peer, opts.Count, opts.Size, opts.Inflight)
+		fmt.Fprintf(e.stdout, "PING %s (%s): %d pings, %d data bytes each, %d in flight, policy %s\n", addr, peer, opts.Count, opts.Size, opts.Inflight, mopts.PolicyName)
 	}
 	res := pc.run(ctx, opts)
 	rep := newPingReport(res, opts, addr, peer)
+	rep.Policy = mopts.PolicyName
 	if *asJSON {
 		writeJSON(e, rep)
 	} else {
@@ -81,16 +95,32 @@ func runPing(ctx context.Context, e *env, args []string) int {
 
 // pingReport is the JSON form of a ping run (one row of selftest too).
 type pingReport struct {
-	Peer       string  `json:"peer,omitempty"`
-	Addr       string  `json:"addr,omitempty"`
-	Size       int     `json:"size"`
-	Inflight   int     `json:"inflight"`
-	Requested  int     `json:"requested"`
-	Count      int     `json:"count"`  // pings answered correctly
-	Errors     int     `json:"errors"` // pings not answered correctly, plus unexpected replies
-	Mismatches int     `json:"mismatches"`
-	Unanswered int     `json:"unanswered"`
-	Unexpected int     `json:"unexpected"`
+	Peer       string `json:"peer,omitempty"`
+	Addr       string `json:"addr,omitempty"`
+	Size       int    `json:"size"`
+	Inflight   int    `json:"inflight"`
+	Requested  int    `json:"requested"`
+	Count      int    `json:"count"`  // pings answered correctly
+	Errors     int    `json:"errors"` // pings not answered correctly, plus unexpected replies
+	Mismatches int    `json:"mismatches"`
+	Unanswered int    `json:"unanswered"`
+	Unexpected int    `json:"unexpected"`
+	// Sent is the number of pings sent; Lost those of them never echoed.
+	Sent int `json:"sent"`
+	Lost int `json:"lost"`
+	// Duplicated and Reordered are measured with --verify only: echoes of
+	// a counter already seen, and first echoes of a counter after a
+	// higher one.
+	Duplicated *int `json:"duplicated,omitempty"`
+	Reordered  *int `json:"reordered,omitempty"`
+	// Reconnects counts the sessions resumed or restarted on a new socket
+	// plus the new connections made after a lossy one was reset.
+	Reconnects uint64 `json:"reconnects"`
+	// Resets counts the resets the client was told about: a lossy
+	// connection that failed, or the peer resetting a lossless session.
+	Resets     int     `json:"resets"`
+	Verify     bool    `json:"verify,omitempty"`
+	Policy     string  `json:"policy,omitempty"`
 	RTTMin     float64 `json:"rtt_us_min"`
 	RTTAvg     float64 `json:"rtt_us_avg"`
 	RTTP50     float64 `json:"rtt_us_p50"`
@@ -117,6 +147,11 @@ func newPingReport(res *pingResult, o pingOptions, addr, peer string) *pingRepor
 		Mismatches: res.Mismatches,
 		Unanswered: res.Unanswered,
 		Unexpected: res.Unexpected,
+		Sent:       res.Sent,
+		Lost:       res.Lost,
+		Reconnects: res.Reconnects,
+		Resets:     res.Resets,
+		Verify:     res.Verify,
 		RTTMin:     micros(st.Min),
 		RTTAvg:     micros(st.Avg),
 		RTTP50:     micros(st.P50),
@@ -126,6 +161,10 @@ func newPingReport(res *pingResult, o pingOptions, addr, peer string) *pingRepor
 		MBytesPerS: round2(rate(float64(res.Bytes)/1e6, res.Elapsed)),
 		Bytes:      res.Bytes,
 		ElapsedS:   res.Elapsed.Seconds(),
+	}
+	if res.Verify {
+		d, o := res.Duplicated, res.Reordered
+		r.Duplicated, r.Reordered = &d, &o
 	}
 	if res.Status != nil {
 		if json.Valid(res.Status) {
@@ -166,6 +205,11 @@ func printPingText(e *env, res *pingResult, r *pingReport) {
 	if r.Mismatches > 0 || r.Unexpected > 0 || r.Unanswered > 0 {
 		fmt.Fprintf(e.stderr, "ferry ping: %d data mismatches, %d unanswered, %d unexpected replies\n", r.Mismatches, r.Unanswered, r.Unexpected)
 	}
+	if res.Verify {
+		fmt.Fprintf(w, "verify: %d sent, %d lost, %d duplicated, %d reordered; %d reconnects, %d resets\n", r.Sent, r.Lost, res.Duplicated, res.Reordered, r.Reconnects, r.Resets)
+	} else if r.Reconnects > 0 || r.Resets > 0 {
+		fmt.Fprintf(w, "%d reconnects, %d resets\n", r.Reconnects, r.Resets)
+	}
 }
 
 // statusSummary returns a one-line description of a mon's ping status.
@@ -187,12 +231,24 @@ func statusSummary(status []byte) string {
 // pingOptions configures one run of the ping engine.
 type pingOptions struct {
 	Count    int // pings to send, at least 1
-	Size     int // data segment bytes per ping
+	Size     int // data segment bytes per ping (at least counterBytes with Verify)
 	Inflight int // maximum outstanding pings, at least 1
+	// Interval is the least time between two sends; 0 sends as fast as
+	// the window allows.
+	Interval time.Duration
+	// Verify tags each ping's data with its counter (1, 2, ... within the
+	// run), matches echoes by that counter rather than by tid, and counts
+	// duplicated and reordered echoes. It also makes the run ride out
+	// resets of a lossy connection by connecting again.
+	Verify bool
 	// Progress, if set, is called on the engine's goroutine after each
 	// reply with the number of pings answered so far.
 	Progress func(done, total int)
 }
+
+// counterBytes is the size of the counter at the start of a verified
+// ping's data.
+const counterBytes = 8
 
 // pingResult is the outcome of one run.
 type pingResult struct {
@@ -201,7 +257,13 @@ type pingResult struct {
 	OK         int // replies whose data matched
 	Mismatches int // replies whose data did not match
 	Unanswered int // pings with no reply (not sent, or the run stopped)
-	Unexpected int // replies that matched no outstanding ping
+	Unexpected int // replies that matched no ping sent
+	Lost       int // pings sent and never answered
+	Duplicated int // Verify: echoes of a counter already seen
+	Reordered  int // Verify: first echoes of a counter below one seen before
+	Reconnects uint64
+	Resets     int // lossy connections reset, plus remote session resets
+	Verify     bool
 	RTTs       []time.Duration
 	Elapsed    time.Duration // first send to last reply (or to the stop)
 	Bytes      int64         // data segment bytes sent and received
@@ -211,31 +273,49 @@ type pingResult struct {
 }
 
 // Errors returns the number of pings not answered correctly plus the
-// unexpected replies.
-func (r *pingResult) Errors() int { return r.Requested - r.OK + r.Unexpected }
+// unexpected, duplicated and reordered replies.
+func (r *pingResult) Errors() int {
+	return r.Requested - r.OK + r.Unexpected + r.Duplicated + r.Reordered
+}
 
 func (r *pingResult) firstError() error {
-	if r.Err != nil {
+	switch {
+	case r.Err != nil:
 		return r.Err
-	}
-	if r.Mismatch != nil {
+	case r.Mismatch != nil:
 		return r.Mismatch
-	}
-	if r.Unexpected > 0 {
+	case r.Duplicated > 0 || r.Reordered > 0:
+		return fmt.Errorf("%d duplicated and %d reordered replies", r.Duplicated, r.Reordered)
+	case r.Unexpected > 0:
 		return fmt.Errorf("%d unexpected replies", r.Unexpected)
+	case r.Lost > 0:
+		return fmt.Errorf("%d of %d pings sent were never answered (lost to connection resets)", r.Lost, r.Sent)
 	}
 	return nil
 }
 
-// pingClient is a lossy client messenger with one connection to a peer,
-// and the dispatcher that hands MPing replies to the engine. run must not
-// be called concurrently.
+// connEvent is a reset a dispatcher callback reported.
+type connEvent struct {
+	c      *msgr.Conn
+	remote bool // the peer reset the session (else a lossy connection failed)
+}
+
+// pingClient is a client messenger with one connection to a peer, and the
+// dispatcher that hands MPing replies and reset events to the engine. run
+// must not be called concurrently.
 type pingClient struct {
 	m       *msgr.Messenger
 	conn    *msgr.Conn
+	addr    string
 	replies chan *msg.Message
 	done    chan struct{} // closed by Close: the dispatcher stops waiting
 	once    sync.Once
+
+	evMu   sync.Mutex
+	events []connEvent
+	evCh   chan struct{} // capacity 1: events were added
+
+	backoff, maxBackoff time.Duration // between redial attempts
 
 	nextTid uint64 // last tid used; tids are unique across runs
 	pattern []byte // data pattern, see requestData
@@ -246,31 +326,80 @@ type pingClient struct {
 // dispatch goroutine until the engine catches up.
 const replyQueueLen = 1024
 
-// dialPing starts a client messenger, connects to addr and waits for the
-// handshake.
+// dialPing starts a lossy client messenger with default settings,
+// connects to addr and waits for the handshake.
 func dialPing(ctx context.Context, addr string, log *slog.Logger) (*pingClient, error) {
-	m, err := msgr.New(msgr.Config{Logger: log})
+	return dialPingWith(ctx, addr, log, defaultMsgrOptions("lossy-client"))
+}
+
+// dialPingWith starts a client messenger with the policy and settings of
+// o, connects to addr and waits for the handshake. A lossless policy
+// keeps retrying a refused connection until ctx ends.
+func dialPingWith(ctx context.Context, addr string, log *slog.Logger, o *msgrOptions) (*pingClient, error) {
+	cfg := msgr.Config{Logger: log}
+	o.configure(&cfg)
+	m, err := msgr.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	m.SetDefaultPolicy(msgr.LossyClient())
-	p := &pingClient{m: m, replies: make(chan *msg.Message, replyQueueLen), done: make(chan struct{})}
+	m.SetDefaultPolicy(o.Policy)
+	p := &pingClient{
+		m: m, addr: addr,
+		replies:    make(chan *msg.Message, replyQueueLen),
+		done:       make(chan struct{}),
+		evCh:       make(chan struct{}, 1),
+		backoff:    cmp.Or(o.InitialBackoff, 200*time.Millisecond),
+		maxBackoff: cmp.Or(o.MaxBackoff, 15*time.Second),
+	}
+	p.maxBackoff = max(p.maxBackoff, p.backoff)
 	m.AddDispatcherTail(p)
 	if err := m.Start(); err != nil {
 		p.Close()
 		return nil, err
 	}
-	c, err := m.Connect(addr)
+	c, err := p.connect(ctx)
 	if err != nil {
 		p.Close()
-		return nil, fmt.Errorf("connect %s: %w", addr, err)
-	}
-	if err := c.Ready(ctx); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("connect %s: %w", addr, err)
+		return nil, err
 	}
 	p.conn = c
 	return p, nil
+}
+
+// connect makes one connection to p.addr and waits for its handshake.
+func (p *pingClient) connect(ctx context.Context) (*msgr.Conn, error) {
+	c, err := p.m.Connect(p.addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", p.addr, err)
+	}
+	if err := c.Ready(ctx); err != nil {
+		return nil, fmt.Errorf("connect %s: %w", p.addr, err)
+	}
+	return c, nil
+}
+
+// redial replaces a closed connection: it connects again, waiting with
+// backoff between failed attempts, until it succeeds or ctx ends.
+func (p *pingClient) redial(ctx context.Context) (*msgr.Conn, error) {
+	wait := p.backoff
+	for {
+		c, err := p.connect(ctx)
+		if err == nil {
+			p.conn = c
+			return c, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, msgr.ErrShutdown) {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("reconnecting: %w (last attempt: %v)", ctx.Err(), err)
+		}
+		wait = min(2*wait, p.maxBackoff)
+	}
 }
 
 // Dispatch takes MPing replies; it implements msgr.Dispatcher.
@@ -283,6 +412,31 @@ func (p *pingClient) Dispatch(m *msg.Message) bool {
 	case <-p.done:
 	}
 	return true
+}
+
+// HandleReset hears that a lossy connection failed (msgr.ResetHandler).
+func (p *pingClient) HandleReset(c *msgr.Conn) { p.addEvent(connEvent{c: c}) }
+
+// HandleRemoteReset hears that the peer reset the session: what was
+// queued or unacknowledged on it is gone (msgr.RemoteResetHandler).
+func (p *pingClient) HandleRemoteReset(c *msgr.Conn) { p.addEvent(connEvent{c: c, remote: true}) }
+
+func (p *pingClient) addEvent(ev connEvent) {
+	p.evMu.Lock()
+	p.events = append(p.events, ev)
+	p.evMu.Unlock()
+	select {
+	case p.evCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pingClient) takeEvents() []connEvent {
+	p.evMu.Lock()
+	defer p.evMu.Unlock()
+	evs := p.events
+	p.events = nil
+	return evs
 }
 
 // Close shuts the messenger down. It is idempotent.
@@ -301,7 +455,8 @@ const patternPeriod = 251
 // truncated to size) followed by the repeating pattern 0..250 starting at
 // tid mod 251. A reply meant for another ping, or shifted, or corrupted,
 // does not compare equal. The pattern is shared and never written, so a
-// request costs one small allocation whatever its size.
+// request costs one small allocation whatever its size. A verified run
+// passes the ping's counter as tid.
 func (p *pingClient) requestData(tid uint64, size int) msg.Buffers {
 	if size == 0 {
 		return nil
@@ -322,6 +477,22 @@ func (p *pingClient) requestData(tid uint64, size int) msg.Buffers {
 	}
 	off := int(tid % patternPeriod)
 	return msg.Buffers{h, p.pattern[off : off+rest : off+rest]}
+}
+
+// counterOf reads the counter at the start of a verified ping's data.
+func counterOf(d msg.Buffers) (uint64, bool) {
+	if d.Len() < counterBytes {
+		return 0, false
+	}
+	var b [counterBytes]byte
+	n := 0
+	for _, p := range d {
+		n += copy(b[n:], p)
+		if n == counterBytes {
+			break
+		}
+	}
+	return binary.LittleEndian.Uint64(b[:]), true
 }
 
 // buffersEqual reports whether a and b hold the same bytes, however they
@@ -354,35 +525,100 @@ type pendingPing struct {
 	data msg.Buffers
 }
 
+// echoTracker checks the counters echoed in a verified run. Counters are
+// sent in increasing order on one priority, so on a lossless session the
+// echoes come back in increasing order, each once.
+type echoTracker struct {
+	seen       []bool // seen[c]: counter c was echoed (index 0 unused)
+	max        uint64 // highest counter echoed
+	duplicated int    // echoes of a counter already seen
+	reordered  int    // first echoes of a counter below max
+}
+
+// echo records an echo of counter c (1 <= c < len(seen)) and reports
+// whether it is the first.
+func (t *echoTracker) echo(c uint64) bool {
+	if t.seen[c] {
+		t.duplicated++
+		return false
+	}
+	t.seen[c] = true
+	if c < t.max {
+		t.reordered++
+	} else {
+		t.max = c
+	}
+	return true
+}
+
 // run is the ping engine: it sends o.Count pings with at most o.Inflight
-// outstanding, matches each reply to its ping by tid (a reply with tid 0,
-// as a Ceph mon sends, goes to the oldest outstanding ping), checks that
-// the reply's data equals the request's, and records the round-trip time
-// from just before Send to the reply's dispatch. It stops early when ctx
-// ends or the connection closes.
+// outstanding, matches each reply to its ping (by the counter in the data
+// with o.Verify; otherwise by tid, and a reply with tid 0, as a Ceph mon
+// sends, goes to the oldest outstanding ping), checks that the reply's
+// data equals the request's, and records the round-trip time from just
+// before Send to the reply's dispatch.
+//
+// On a lossless policy the connection outlives socket faults and the run
+// simply goes on. When a lossy connection is reset the run stops with an
+// error, unless o.Verify is set: then the pings in flight are given up
+// (they count as lost unless their echo still arrives), a new connection
+// is made and the run goes on. A remote reset of a lossless session gives
+// up the pings in flight the same way. The run ends when every ping sent
+// has been answered or given up, or when ctx ends.
 func (p *pingClient) run(ctx context.Context, o pingOptions) *pingResult {
-	res := &pingResult{Requested: o.Count, RTTs: make([]time.Duration, 0, o.Count)}
+	if o.Verify {
+		o.Size = max(o.Size, counterBytes)
+	}
+	res := &pingResult{Requested: o.Count, Verify: o.Verify, RTTs: make([]time.Duration, 0, o.Count)}
 	pending := make(map[uint64]pendingPing, o.Inflight)
-	var order []uint64 // tids in send order, for replies without a tid
+	abandoned := make(map[uint64]pendingPing) // given up on a reset; an echo may still come
+	var order []uint64                        // keys in send order, for replies without a tid
 	head := 0
 	answered := 0
+	var track *echoTracker
+	if o.Verify {
+		track = &echoTracker{seen: make([]bool, o.Count+1)}
+	}
+	conn := p.conn
+	conns := []*msgr.Conn{conn}
+	rideOut := o.Verify || !conn.Policy().Lossy
+	p.takeEvents() // events from before this run are about pings it did not send
 
 	handle := func(r *msg.Message) {
 		defer r.Done()
-		tid := r.Header.Tid
-		pp, ok := pending[tid]
-		if !ok && tid == 0 {
+		var key uint64
+		var pp pendingPing
+		ok := false
+		if o.Verify {
+			c, valid := counterOf(r.Data)
+			if !valid || c == 0 || c > uint64(res.Sent) {
+				res.Unexpected++
+				return
+			}
+			if !track.echo(c) {
+				return // a duplicate
+			}
+			key = c
+		} else {
+			key = r.Header.Tid
+		}
+		if pp, ok = pending[key]; ok {
+			delete(pending, key)
+		} else if pp, ok = abandoned[key]; ok {
+			delete(abandoned, key)
+		} else if key == 0 && !o.Verify {
 			for head < len(order) && !ok {
-				tid = order[head]
+				key = order[head]
 				head++
-				pp, ok = pending[tid]
+				if pp, ok = pending[key]; ok {
+					delete(pending, key)
+				}
 			}
 		}
 		if !ok {
 			res.Unexpected++
 			return
 		}
-		delete(pending, tid)
 		at := r.DispatchStamp
 		if at.IsZero() {
 			at = time.Now()
@@ -397,7 +633,7 @@ func (p *pingClient) run(ctx context.Context, o pingOptions) *pingResult {
 		if !buffersEqual(r.Data, pp.data) {
 			res.Mismatches++
 			if res.Mismatch == nil {
-				res.Mismatch = fmt.Errorf("reply to ping %d: data differs from the request (%d bytes sent, %d received)", tid, pp.data.Len(), r.Data.Len())
+				res.Mismatch = fmt.Errorf("reply to ping %d: data differs from the request (%d bytes sent, %d received)", key, pp.data.Len(), r.Data.Len())
 			}
 		} else {
 			res.OK++
@@ -407,46 +643,104 @@ func (p *pingClient) run(ctx context.Context, o pingOptions) *pingResult {
 			o.Progress(answered, o.Count)
 		}
 	}
+	// giveUp moves the pings in flight to abandoned, freeing the window.
+	giveUp := func() {
+		for k, pp := range pending {
+			abandoned[k] = pp
+		}
+		clear(pending)
+	}
+	drain := func() {
+		for {
+			select {
+			case r := <-p.replies:
+				handle(r)
+			default:
+				return
+			}
+		}
+	}
 
 	start := time.Now()
-	conn := p.conn
+	var nextSend time.Time
+	var pace *time.Timer
+	defer func() {
+		if pace != nil {
+			pace.Stop()
+		}
+	}()
 loop:
-	for answered < o.Count {
+	for res.Sent < o.Count || len(pending) > 0 {
+		paced := false
 		for res.Sent < o.Count && len(pending) < o.Inflight {
-			p.nextTid++
-			tid := p.nextTid
-			m := (&ceph.Ping{}).Marshal()
-			m.Header.Tid = tid
-			data := p.requestData(tid, o.Size)
-			m.Data = data
 			now := time.Now()
+			if o.Interval > 0 && now.Before(nextSend) {
+				paced = true
+				break
+			}
+			p.nextTid++
+			m := (&ceph.Ping{}).Marshal()
+			m.Header.Tid = p.nextTid
+			key := p.nextTid
+			if o.Verify {
+				key = uint64(res.Sent) + 1
+			}
+			data := p.requestData(key, o.Size)
+			m.Data = data
 			if err := conn.Send(m); err != nil {
-				res.Err = fmt.Errorf("send ping %d: %w", tid, err)
+				if rideOut && errors.Is(err, msgr.ErrClosed) {
+					break // the select below sees conn.Done
+				}
+				res.Err = fmt.Errorf("send ping %d: %w", key, err)
 				break loop
 			}
-			pending[tid] = pendingPing{sent: now, data: data}
-			order = append(order, tid)
+			pending[key] = pendingPing{sent: now, data: data}
+			order = append(order, key)
 			res.Sent++
 			res.Bytes += int64(o.Size)
+			nextSend = now.Add(o.Interval)
+		}
+		var paceC <-chan time.Time
+		if paced {
+			if pace == nil {
+				pace = time.NewTimer(time.Until(nextSend))
+			} else {
+				pace.Reset(time.Until(nextSend))
+			}
+			paceC = pace.C
 		}
 		select {
 		case r := <-p.replies:
 			handle(r)
+		case <-paceC:
+		case <-p.evCh:
+			for _, ev := range p.takeEvents() {
+				// A lossy reset closes the connection: conn.Done handles
+				// it. A remote reset dropped what the session held.
+				if ev.remote && ev.c == conn {
+					res.Resets++
+					giveUp()
+				}
+			}
 		case <-conn.Done():
 			// Take the replies dispatched before the connection closed.
-			for answered < o.Count {
-				select {
-				case r := <-p.replies:
-					handle(r)
-					continue
-				default:
+			drain()
+			if !rideOut {
+				if res.Sent < o.Count || len(pending) > 0 {
+					res.Err = fmt.Errorf("connection closed with %d pings outstanding: %w", len(pending), connErr(conn))
 				}
-				break
+				break loop
 			}
-			if answered < o.Count {
-				res.Err = fmt.Errorf("connection closed with %d pings outstanding: %w", len(pending), connErr(conn))
+			res.Resets++
+			giveUp()
+			c, err := p.redial(ctx)
+			if err != nil {
+				res.Err = fmt.Errorf("connection reset and not reestablished: %w", err)
+				break loop
 			}
-			break loop
+			conn = c
+			conns = append(conns, c)
+			res.Reconnects++
 		case <-ctx.Done():
 			res.Err = fmt.Errorf("%d of %d pings unanswered: %w", o.Count-answered, o.Count, ctx.Err())
 			break loop
@@ -454,6 +748,13 @@ loop:
 	}
 	res.Elapsed = time.Since(start)
 	res.Unanswered = o.Count - answered
+	res.Lost = len(pending) + len(abandoned)
+	for _, c := range conns {
+		res.Reconnects += c.Reconnects()
+	}
+	if track != nil {
+		res.Duplicated, res.Reordered = track.duplicated, track.reordered
+	}
 	return res
 }
 

@@ -28,12 +28,17 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	name := fs.String("name", "mon.a", "entity to serve as, TYPE.ID; a mon's ID is its name and its number is its rank (0 unless the ID is a number)")
 	fsidFlag := fs.String("fsid", "", "cluster fsid reported in the ping status (default: random)")
 	verbose := fs.Bool("verbose", false, "log debug messages")
+	mflags := addMsgrFlags(fs, "stateless-server")
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
 	}
 	if len(pos) > 0 {
 		return usageError(e, fs, "unexpected arguments %q", pos)
+	}
+	mopts, err := mflags.options()
+	if err != nil {
+		return usageError(e, fs, "%v", err)
 	}
 	ident, id, err := parseIdentity(*name)
 	if err != nil {
@@ -48,7 +53,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		fsid = randomFSID()
 	}
 	log := newLogger(e, *verbose)
-	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log})
+	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts})
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -56,7 +61,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	// The first line of stdout is the contract with scripts and tests.
 	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
 	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
-	log.Info("serving pings", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String())
+	log.Info("serving pings", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
 	<-ctx.Done()
 	log.Info("shutting down", "pings_answered", srv.Pings())
 	srv.Close()
@@ -102,6 +107,9 @@ type serverConfig struct {
 	ID     string // the name's ID as given ("a" for mon.a)
 	FSID   ceph.FSID
 	Logger *slog.Logger
+	// Msgr sets the policy, fault injection, keepalives and backoff; nil
+	// means stateless-server and the messenger's defaults.
+	Msgr *msgrOptions
 }
 
 // server answers every MPing with an MPing whose front is a mon-like JSON
@@ -117,15 +125,21 @@ type server struct {
 
 // startServer binds, builds the status and starts the messenger.
 func startServer(cfg serverConfig) (*server, error) {
-	m, err := msgr.New(msgr.Config{
+	mo := cfg.Msgr
+	if mo == nil {
+		mo = defaultMsgrOptions("stateless-server")
+	}
+	mc := msgr.Config{
 		Name:      cfg.Name,
 		ZeroNonce: cfg.Name.Type == msg.EntityMon, // mons use nonce 0
 		Logger:    cfg.Logger,
-	})
+	}
+	mo.configure(&mc)
+	m, err := msgr.New(mc)
 	if err != nil {
 		return nil, err
 	}
-	m.SetDefaultPolicy(msgr.StatelessServer())
+	m.SetDefaultPolicy(mo.Policy)
 	s := &server{m: m, log: cfg.Logger}
 	if err := m.Bind(cfg.Listen); err != nil {
 		m.Shutdown()
