@@ -54,6 +54,7 @@ type Conn struct {
 	run       *socketRun
 	replacing bool       // a new socket is taking over
 	owner     uint8      // who holds the write side (ownNone, ownWriter, ...)
+	hsConn    net.Conn   // outgoing: the socket of a handshake in progress
 	ws        writeState // the write side's buffers, used by its owner
 
 	// Session state (Ceph's Pipe/ProtocolV2 fields).
@@ -294,6 +295,9 @@ func (c *Conn) close(reason error, notify bool) {
 	c.replay, c.sent = nil, nil
 	r := c.run
 	c.run = nil
+	if c.hsConn != nil {
+		_ = c.hsConn.Close()
+	}
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)
@@ -411,7 +415,8 @@ func (c *Conn) socketFailed(r *socketRun, err error) {
 		return
 	}
 	c.requeueLocked()
-	if c.serverCookie != 0 {
+	if c.serverCookie != 0 && c.outgoing {
+		// The side that reconnects counts its attempts (Ceph's connect_seq).
 		c.connectSeq++
 	}
 	if c.outgoing && !c.policy.Server {

@@ -45,7 +45,11 @@ func (c *Conn) runOutgoing() {
 			c.reconnects.Add(1)
 			continue
 		}
-		if c.Policy().Lossy {
+		if c.Policy().Lossy && (c.wasOpen() || errors.Is(err, transport.ErrRefused) || isProtocolRefusal(err)) {
+			// A lossy connection fails for good once it has been open
+			// (with a reset event), or when the peer refuses it. A fault
+			// while connecting is retried, as Ceph does, so that what was
+			// queued is not lost.
 			if errors.Is(err, transport.ErrRefused) {
 				m.queueEvent(itemRefused, c)
 			}
@@ -65,6 +69,19 @@ func (c *Conn) runOutgoing() {
 		}
 		m.log.Debug("connect failed", "conn", c.id, "target", c.target.String(), "err", err, "retry_in", backoff)
 	}
+}
+
+func (c *Conn) wasOpen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.everReady
+}
+
+// isProtocolRefusal reports errors that retrying would only repeat: the
+// peer's protocol refusals (missing features, auth method) and bad input.
+func isProtocolRefusal(err error) bool {
+	var pe *msgr2.Error
+	return errors.As(err, &pe)
 }
 
 // waitToConnect returns false once the connection is closed. A lossless
@@ -116,6 +133,14 @@ func (c *Conn) connectOnce() error {
 		return err
 	}
 	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		_ = nc.Close()
+		return ErrClosed
+	}
+	// close() shuts this socket if the connection is closed mid-handshake,
+	// so a stale attempt cannot reach the peer and disturb its sessions.
+	c.hsConn = nc
 	lossy := c.policy.Lossy
 	if !lossy && c.clientCookie == 0 {
 		c.clientCookie = randomCookie()
@@ -143,7 +168,11 @@ func (c *Conn) connectOnce() error {
 
 	e := msgr2.NewEngine(cfg)
 	br := bufio.NewReaderSize(nc, readBufSize)
-	if _, err := handshake(m, nc, br, e, c.clientEvent); err != nil {
+	_, err = handshake(m, nc, br, e, c.clientEvent)
+	c.mu.Lock()
+	c.hsConn = nil
+	c.mu.Unlock()
+	if err != nil {
 		_ = nc.Close()
 		return err
 	}
@@ -448,7 +477,13 @@ func (m *Messenger) onReconnect(e *msgr2.Engine, nc net.Conn, run **socketRun) (
 		st = ex.sessionState(m.myAddrLocked())
 	}
 	m.mu.Unlock()
-	switch act := msgr2.DecideReconnect(st, r); act {
+	act := msgr2.DecideReconnect(st, r)
+	if act != msgr2.ReconnectReuse {
+		m.log.Debug("session reconnect refused", "peer", key, "action", act.String(), "exists", st.Exists, "closed", st.Closed,
+			"cookie", r.ClientCookie, "session_cookie", st.ClientCookie, "gseq", r.GlobalSeq, "peer_gseq", st.PeerGlobal,
+			"cseq", r.ConnectSeq, "session_cseq", st.ConnectSeq)
+	}
+	switch act {
 	case msgr2.ReconnectResetFull, msgr2.ReconnectReset:
 		return nil, e.Reset(act == msgr2.ReconnectResetFull)
 	case msgr2.ReconnectRetryGlobal:
