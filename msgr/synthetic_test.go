@@ -118,7 +118,7 @@ type synthClient struct {
 	conns    map[int]*msgr.Conn // by server index
 	epoch    map[int]int
 	byEpoch  map[[2]int]*msgr.Conn // (server, epoch) -> its connection
-	reset    map[*msgr.Conn]bool // conns that saw HandleReset or a mark down
+	reset    map[*msgr.Conn]bool   // conns that saw HandleReset or a mark down
 
 	remoteResets int
 }

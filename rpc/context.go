@@ -274,15 +274,17 @@ func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 		return err
 	}
 	id := r.entry.ID()
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		reason := track.Canceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			reason = track.TimedOut
+	if c.opts.Spin == 0 || spinWait(r.done, c.opts.Spin) {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			reason := track.Canceled
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				reason = track.TimedOut
+			}
+			c.finishID(id, reason, ctx.Err())
+			<-r.done
 		}
-		c.finishID(id, reason, ctx.Err())
-		<-r.done
 	}
 	err := r.result(out)
 	r.unref()
@@ -472,6 +474,9 @@ func (c *Context) handleReply(m *msg.Message, h *wire.Header, body []byte) {
 		c.takeSendRefs(out)
 	}
 	c.mu.Unlock()
+	if e == nil {
+		m.Done() // a late reply: nobody will look at it
+	}
 	c.perform(out)
 }
 
@@ -615,6 +620,24 @@ func (c *Context) serve(r *Incoming) {
 	}
 }
 
+// spinWait polls ch for up to d, yielding the processor between polls.
+// It returns true if nothing came (the caller blocks next) and false if
+// it received from ch.
+func spinWait(ch chan struct{}, d time.Duration) bool {
+	start := time.Now()
+	for i := 0; ; i++ {
+		select {
+		case <-ch:
+			return false
+		default:
+		}
+		if i&15 == 15 && time.Since(start) >= d {
+			return true
+		}
+		runtime.Gosched()
+	}
+}
+
 // Progress runs the completion callbacks and handlers that are ready, in
 // the calling goroutine (crt_progress: HG_Progress + HG_Trigger). If none
 // is ready it waits up to timeout for one (0: do not wait; negative: wait
@@ -630,6 +653,14 @@ func (c *Context) Progress(timeout time.Duration) (int, error) {
 	defer c.progMu.Unlock()
 	if n := c.runWork(); n > 0 || timeout == 0 {
 		return n, c.closedErr()
+	}
+	if spin := c.opts.Spin; spin > 0 {
+		if timeout > 0 {
+			spin = min(spin, timeout)
+		}
+		if !spinWait(c.wsig, spin) {
+			return c.runWork(), c.closedErr()
+		}
 	}
 	var tc <-chan time.Time
 	if timeout > 0 {
@@ -662,6 +693,9 @@ func (c *Context) ProgressUntil(ctx context.Context, cond func() bool) error {
 		if err := c.closedErr(); err != nil {
 			return err
 		}
+		if c.opts.Spin > 0 && !spinWait(c.wsig, c.opts.Spin) {
+			continue
+		}
 		select {
 		case <-c.wsig:
 		case <-ctx.Done():
@@ -693,6 +727,9 @@ func (c *Context) autoLoop(started chan<- error) {
 	started <- nil
 	for {
 		if c.runWork() > 0 {
+			continue
+		}
+		if c.opts.Spin > 0 && !spinWait(c.wsig, c.opts.Spin) {
 			continue
 		}
 		select {

@@ -114,6 +114,11 @@ func (in *Instance) Group() *Group { return in.group }
 // Messenger returns the messenger the instance runs on.
 func (in *Instance) Messenger() *msgr.Messenger { return in.m }
 
+// MalformedMessages returns how many RPC messages arrived with an RPC
+// header that did not decode (they are dropped: without a header there
+// is nobody to answer).
+func (in *Instance) MalformedMessages() uint64 { return in.malformed.Load() }
+
 // Register registers a protocol (crt_proto_register). Its base must be
 // below MinReservedBase; a base and version may be registered once.
 func (in *Instance) Register(p Protocol) error { return in.reg.register(p, false) }
@@ -286,11 +291,14 @@ func (in *Instance) dispatch(m *msg.Message) {
 		// Without a header there is no tag to answer to: drop it.
 		in.malformed.Add(1)
 		in.log.Debug("dropping RPC message with a bad header", "type", m.Header.Type, "tid", m.Header.Tid, "from", m.Header.Src.String(), "err", err)
+		m.Done()
 		return
 	}
 	if m.Header.Type == wire.TypeReply {
 		if c := in.Context(h.DstTag); c != nil {
 			c.handleReply(m, &h, body)
+		} else {
+			m.Done()
 		}
 		return
 	}

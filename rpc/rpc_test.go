@@ -59,8 +59,8 @@ func testProto(h *holder) rpc.Protocol {
 			}
 			return r.Reply(&b)
 		}},
-		opHold:   {Name: "hold", Handler: hold(h.held)},
-		opOneWay: {Name: "oneway", Flags: rpc.OneWay, Handler: func(r *rpc.Incoming) error { h.oneway <- r; return nil }},
+		opHold:      {Name: "hold", Handler: hold(h.held)},
+		opOneWay:    {Name: "oneway", Flags: rpc.OneWay, Handler: func(r *rpc.Incoming) error { h.oneway <- r; return nil }},
 		opNoTimeout: {Name: "notimeout", Flags: rpc.NoTimeout, Handler: hold(h.held)},
 		opFront:     {Name: "front", Flags: rpc.QueueFront, Handler: hold(h.held)},
 		opPanic:     {Name: "panic", Handler: func(r *rpc.Incoming) error { panic("handler bug") }},
@@ -541,6 +541,7 @@ func TestMalformedHeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitFor(t, "the bad messages", func() bool { return srv.MalformedMessages() == 5 })
 	cli := n.client(t, rpc.Options{}, []*rpc.Instance{srv}, testProto(nil))
 	c := newCtx(t, cli, rpc.ContextOptions{})
 	if err := c.Ping(context.Background(), rpc.Endpoint{}); err != nil {

@@ -27,7 +27,7 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	count := fs.Int("count", 10, "number of pings to send")
 	size := fs.Int("size", 0, "bytes of data in each ping's data segment; the peer must echo them (use 0 for a Ceph mon)")
 	inflight := fs.Int("inflight", 1, "maximum pings outstanding at once on the connection")
-	interval := fs.Duration("interval", 0, "wait at least this long between two pings (0: send as fast as the window allows)")
+	interval := fs.Duration("interval", 0, "pace the pings to one per interval on average (0: as fast as the window allows); a late start is caught up by at most --inflight pings at once")
 	verify := fs.Bool("verify", false, "tag each ping's data with its own counter (--size is raised to 8) and check the echoes: report lost, duplicated and reordered pings; ride out connection resets whatever the policy")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of text")
 	timeout := fs.Duration("timeout", 30*time.Second, "overall time limit, connection setup included")
@@ -233,8 +233,9 @@ type pingOptions struct {
 	Count    int // pings to send, at least 1
 	Size     int // data segment bytes per ping (at least counterBytes with Verify)
 	Inflight int // maximum outstanding pings, at least 1
-	// Interval is the least time between two sends; 0 sends as fast as
-	// the window allows.
+	// Interval paces the sends to one per Interval on average; falling
+	// behind the schedule is caught up by at most Inflight sends at once.
+	// 0 sends as fast as the window allows.
 	Interval time.Duration
 	// Verify tags each ping's data with its counter (1, 2, ... within the
 	// run), matches echoes by that counter rather than by tid, and counts
@@ -698,7 +699,14 @@ loop:
 			order = append(order, key)
 			res.Sent++
 			res.Bytes += int64(o.Size)
-			nextSend = now.Add(o.Interval)
+			if o.Interval > 0 {
+				// The schedule: one send per interval, never more than
+				// a window's worth behind.
+				if floor := now.Add(-time.Duration(o.Inflight) * o.Interval); nextSend.Before(floor) {
+					nextSend = floor
+				}
+				nextSend = nextSend.Add(o.Interval)
+			}
 		}
 		var paceC <-chan time.Time
 		if paced {
