@@ -33,7 +33,7 @@ fmt:
 	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
 
 unit:
-	FERRY_REQUIRE_CEPH=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+	FERRY_REQUIRE_CEPH=1 FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZBUDGET=$(FUZZBUDGET) scripts/fuzz.sh $(DIRS)

@@ -280,6 +280,13 @@ func (m *Messenger) Connect(addr string) (*Conn, error) {
 	if c, ok := m.outgoing[key]; ok && !c.isClosed() {
 		return c, nil
 	}
+	if ea, err := msg.ParseEntityAddr(addr); err == nil && !ea.IsZero() {
+		// A session the peer opened to us serves as well (Ceph's
+		// get_connection looks up incoming connections too).
+		if c := m.sessions[ea.String()]; c != nil && !c.isClosed() && !c.Policy().Lossy {
+			return c, nil
+		}
+	}
 	// The peer's type is unknown until HELLO; the default policy applies
 	// until then (Ceph too picks the policy from the expected peer type).
 	c := m.newConn(true, m.defaultPolicy)
@@ -336,9 +343,10 @@ func (m *Messenger) ConnectType(addr string, peer msg.EntityType) (*Conn, error)
 	if err != nil {
 		return nil, err
 	}
+	p := m.Policy(peer) // before c.mu: the lock order is m.mu, then c.mu
 	c.mu.Lock()
-	if c.state == stateConnecting && c.peerName.Type == 0 {
-		c.policy = m.Policy(peer)
+	if c.state == stateConnecting && c.peerName.Type == 0 && !c.everReady {
+		c.policy = p
 		c.peerName.Type = peer
 	}
 	c.mu.Unlock()

@@ -90,17 +90,19 @@ func (c *Conn) waitToConnect() bool {
 	for {
 		c.mu.Lock()
 		st := c.state
-		idle := c.outq.n == 0 && len(c.replay) == 0 && c.everReady && c.policy.Standby
+		// A socket the peer opened (a race it won) carries the session.
+		busy := c.run != nil
+		idle := !busy && c.outq.n == 0 && len(c.replay) == 0 && c.everReady && c.policy.Standby
 		if st != stateClosed && idle {
 			c.state = stateStandby
-		} else if st == stateStandby {
+		} else if st == stateStandby && !busy {
 			c.state = stateConnecting
 		}
 		c.mu.Unlock()
 		if st == stateClosed {
 			return false
 		}
-		if !idle {
+		if !idle && !busy {
 			return true
 		}
 		select {
@@ -132,6 +134,7 @@ func (c *Conn) connectOnce() error {
 	if err != nil {
 		return err
 	}
+	myAddrs := m.Addrs() // before c.mu: the lock order is m.mu, then c.mu
 	c.mu.Lock()
 	if c.state == stateClosed {
 		c.mu.Unlock()
@@ -149,7 +152,7 @@ func (c *Conn) connectOnce() error {
 		Role:         msgr2.Client,
 		MyName:       m.cfg.Name,
 		MyAuthName:   msg.AuthName{Type: m.cfg.Name.Type, ID: m.cfg.AuthID},
-		MyAddrs:      m.Addrs(),
+		MyAddrs:      myAddrs,
 		Nonce:        m.cfg.Nonce,
 		PeerAddr:     remoteEntityAddr(nc, c.target.Nonce),
 		Supported:    m.cfg.Supported,
@@ -226,6 +229,12 @@ func (c *Conn) clientEvent(e *msgr2.Engine, ev *msgr2.Event) (*Conn, error) {
 	case msgr2.EvReady:
 		p := e.Peer()
 		c.mu.Lock()
+		if p.Lossy() && !c.policy.Lossy {
+			// The server runs this session lossy: so do we, as Ceph's
+			// client does, or we would replay into fresh sessions.
+			c.policy.Lossy = true
+			c.resetSessionLocked()
+		}
 		c.serverCookie = p.Cookie
 		c.peerGlobalSeq = p.GlobalSeq
 		c.connectSeq = e.ConnectSeq()
@@ -400,6 +409,10 @@ func (m *Messenger) onClientIdent(e *msgr2.Engine, nc net.Conn, run **socketRun)
 		return nil, ErrShutdown
 	}
 	p := m.policyLocked(peer.Name.Type)
+	if ci.Flags&msgr2.IdentFlagLossy != 0 {
+		// The client runs the session lossy: never resume or replay it.
+		p.Lossy = true
+	}
 	register := !p.Lossy || p.RegisterLossyClients
 	ex := m.sessions[key]
 	st := msgr2.SessionState{}
@@ -530,6 +543,9 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 	old := c.run
 	r := newRun(nc, e)
 	c.run = r
+	// Nothing may be written to the new socket before its handshake is
+	// done: runSocket opens the connection again.
+	c.state = stateConnecting
 	c.mu.Unlock()
 	if old != nil {
 		old.fail(ErrReplaced)

@@ -1,12 +1,13 @@
-// Command ferry is a tool for ferry's messenger: it serves and sends Ceph
-// pings (the simple_server and simple_client of Ceph's messenger tests) and
-// measures the messenger in-process.
+// Command ferry is a tool for ferry's messenger and RPC layer: it serves
+// and sends Ceph pings (the simple_server and simple_client of Ceph's
+// messenger tests), serves the RPC self-test protocol as rank 0, and runs
+// CaRT's self-test against in-process ranks or `ferry serve` processes.
 //
 // Usage:
 //
 //	ferry serve [--listen ADDR] [--name TYPE.ID] [--verbose]
 //	ferry ping [--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR
-//	ferry selftest [--count N] [--json]
+//	ferry selftest [--endpoints ADDR[,ADDR...]] [--sizes "S R,..."] [--reps N] [--inflight K] [--json]
 //	ferry help [COMMAND]
 //
 // Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.
@@ -54,9 +55,9 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "serve", summary: "answer Ceph pings like a mon (simple_server)", usage: "[--listen ADDR] [--name TYPE.ID] [--fsid UUID] [--verbose]", run: runServe},
+		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as rank 0", usage: "[--listen ADDR] [--name TYPE.ID] [--fsid UUID] [--verbose]", run: runServe},
 		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR", run: runPing},
-		{name: "selftest", summary: "ping an in-process server over loopback TCP at several sizes", usage: "[--count N] [--json] [--timeout D]", run: runSelftest},
+		{name: "selftest", summary: "run the RPC self-test (CaRT's) against in-process ranks or ferry serve processes", usage: "[--endpoints ADDR[,ADDR...]] [--ranks N] [--sizes \"SEND REPLY,...\"] [--reps N] [--inflight K] [--json] [--timeout D]", run: runSelftest},
 	}
 }
 

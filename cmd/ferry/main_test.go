@@ -257,32 +257,80 @@ func TestPingClosedPort(t *testing.T) {
 }
 
 func TestSelftest(t *testing.T) {
-	r := runFerry(t, 2*time.Minute, "selftest", "--count", "50")
+	r := runFerry(t, 2*time.Minute, "selftest", "--reps", "50", "--sizes", "0 0,4096 0,0 70000")
 	if r.code != 0 {
 		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) < 1+len(selftestSizes)*len(selftestInflight) {
-		t.Fatalf("selftest printed %d lines, want a header and %d rows:\n%s", len(lines), len(selftestSizes)*len(selftestInflight), r.stdout)
-	}
-	head := strings.Fields(lines[0])
-	want := []string{"size", "inflight", "count", "msgs/s", "MB/s", "p50", "µs", "p99", "µs", "max", "µs", "errors"}
-	if strings.Join(head, " ") != strings.Join(want, " ") {
-		t.Errorf("header %q, want %q", head, want)
-	}
-	rows := 0
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if len(f) != 10 { // size is two fields ("4 KiB")
-			continue
-		}
-		rows++
-		if f[3] != "50" || f[9] != "0" {
-			t.Errorf("row %q: want count 50 and 0 errors", l)
+	for _, want := range []string{
+		"Results for message size (0-0 B) (max_inflight_rpcs = 16)",
+		"Results for message size (4096-0 B)",
+		"Results for message size (0-70000 B)",
+		"RPC Bandwidth (MB/sec)", "RPC Throughput (RPCs/sec)", "RPC Latencies (us)",
+		"Median", "90th", "99th", "Std Dev", "Endpoint results", "0:0 - ", "1:0 - ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if rows != len(selftestSizes)*len(selftestInflight) {
-		t.Errorf("%d rows, want %d:\n%s", rows, len(selftestSizes)*len(selftestInflight), r.stdout)
+	if n := strings.Count(r.stdout, "RPC Failures: 0"); n != 3 {
+		t.Errorf("%d size pairs without failures, want 3:\n%s", n, r.stdout)
+	}
+}
+
+// checkSelftestJSON parses selftest --json output: one object per size
+// pair with the documented fields.
+func checkSelftestJSON(t *testing.T, out string, pairs [][2]int, reps int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(pairs) {
+		t.Fatalf("%d JSON lines, want %d:\n%s", len(lines), len(pairs), out)
+	}
+	for i, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		for _, k := range []string{"send_size", "reply_size", "reps", "inflight", "rpcs_per_s", "mbytes_per_s", "lat_us_min", "lat_us_p50", "lat_us_p99", "lat_us_max", "failures"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("line %q lacks %q", l, k)
+			}
+		}
+		if m["send_size"] != float64(pairs[i][0]) || m["reply_size"] != float64(pairs[i][1]) || m["reps"] != float64(reps) || m["failures"] != float64(0) {
+			t.Errorf("line %q: want sizes %v, %d reps, no failures", l, pairs[i], reps)
+		}
+		if m["rpcs_per_s"].(float64) <= 0 || m["lat_us_min"].(float64) <= 0 || m["lat_us_max"].(float64) < m["lat_us_p50"].(float64) {
+			t.Errorf("line %q: implausible figures", l)
+		}
+	}
+}
+
+func TestSelftestJSON(t *testing.T) {
+	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "40", "--inflight", "4", "--sizes", "0 0,1024 2048")
+	if r.code != 0 {
+		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	checkSelftestJSON(t, r.stdout, [][2]int{{0, 0}, {1024, 2048}}, 40)
+}
+
+// `ferry selftest --endpoints` against two `ferry serve` processes, which
+// serve the self-test protocol as rank 0 beside their Ceph pings.
+func TestSelftestEndpoints(t *testing.T) {
+	a := startServe(t)
+	b := startServe(t)
+	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "30", "--sizes", "0 0,100 100000", "--endpoints", a.addr+","+b.addr)
+	if r.code != 0 {
+		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	checkSelftestJSON(t, r.stdout, [][2]int{{0, 0}, {100, 100000}}, 30)
+	for _, p := range []*serveProc{a, b} {
+		if code := p.stop(t); code != 0 {
+			t.Errorf("serve exit %d", code)
+		}
+	}
+	// A dead endpoint: failures, exit 1.
+	r = runFerry(t, time.Minute, "selftest", "--reps", "3", "--sizes", "0 0", "--rpc-timeout", "2s", "--endpoints", a.addr)
+	if r.code != 1 || !strings.Contains(r.stdout, "RPC Failures: 3") {
+		t.Errorf("dead endpoint: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -309,7 +357,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"serve", "--name", "bogus.1"}, 2},
 		{[]string{"serve", "--name", "osd.x"}, 2},
 		{[]string{"serve", "--fsid", "not-a-uuid"}, 2},
-		{[]string{"selftest", "--count", "-1"}, 2},
+		{[]string{"selftest", "--reps", "-1"}, 2},
+		{[]string{"selftest", "--inflight", "0"}, 2},
+		{[]string{"selftest", "--sizes", "b1048576 0"}, 2},
+		{[]string{"selftest", "--sizes", "1"}, 2},
+		{[]string{"selftest", "--ranks", "0"}, 2},
 		{[]string{"selftest", "--nope"}, 2},
 	} {
 		r := runFerry(t, 30*time.Second, tc.args...)

@@ -101,7 +101,7 @@ type pingReport struct {
 	Inflight   int    `json:"inflight"`
 	Requested  int    `json:"requested"`
 	Count      int    `json:"count"`  // pings answered correctly
-	Errors     int    `json:"errors"` // pings not answered correctly, plus unexpected replies
+	Errors     int    `json:"errors"` // pings not answered correctly, plus unexpected, duplicated and reordered replies
 	Mismatches int    `json:"mismatches"`
 	Unanswered int    `json:"unanswered"`
 	Unexpected int    `json:"unexpected"`

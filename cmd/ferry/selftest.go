@@ -5,43 +5,64 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/rpc/selftest"
 )
 
-// selftestSizes are the data sizes selftest pings with, and how many
-// pings each gets by default.
-var selftestSizes = []struct {
-	size, count int
-}{
-	{0, 2000},
-	{4 << 10, 2000},
-	{64 << 10, 1000},
-	{1 << 20, 200},
-}
+// Defaults of `ferry selftest`.
+const (
+	selftestRanks    = 2
+	selftestReps     = 1000
+	selftestInflight = 16
+)
 
-// selftestInflight are the in-flight limits run at every size.
-var selftestInflight = []int{1, 16}
-
-// runSelftest is `ferry selftest`: an in-process server and client over
-// loopback TCP, pinging at several sizes.
+// runSelftest is `ferry selftest`: CaRT's self-test. By default it starts
+// a small group of ranks in this process over loopback TCP; with
+// --endpoints it targets `ferry serve` processes (or any ferry rpc
+// ranks). For each size pair it sends --reps self-test RPCs with
+// --inflight in flight and prints the RPC rate, bandwidth and latencies.
 func runSelftest(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "selftest")
-	count := fs.Int("count", 0, "pings per row (default: 2000 at 0 B and 4 KiB, 1000 at 64 KiB, 200 at 1 MiB)")
-	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of a table")
+	endpoints := fs.String("endpoints", "", "comma-separated `ADDRS` of ranks to test (ferry serve processes); default: start --ranks ranks in this process")
+	ranks := fs.Int("ranks", selftestRanks, "ranks to start in this process when --endpoints is not given")
+	sizes := fs.String("sizes", selftest.DefaultSizes, "message-size `PAIRS` \"SEND REPLY\", comma-separated (CaRT's -s; sizes in bytes, K and M suffixes)")
+	reps := fs.Int("reps", selftestReps, "RPCs per size pair (CaRT's -r)")
+	inflight := fs.Int("inflight", selftestInflight, "RPCs in flight at once (CaRT's -i)")
+	asJSON := fs.Bool("json", false, "print one JSON object per size pair on stdout instead of text")
+	rpcTimeout := fs.Duration("rpc-timeout", 10*time.Second, "timeout of each RPC")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
 	}
+	pairs, err := selftest.ParseSizes(*sizes)
 	switch {
 	case len(pos) > 0:
 		return usageError(e, fs, "unexpected arguments %q", pos)
-	case *count < 0:
-		return usageError(e, fs, "--count must not be negative")
-	case *timeout <= 0:
-		return usageError(e, fs, "--timeout must be positive")
+	case err != nil:
+		return usageError(e, fs, "--sizes: %v", err)
+	case *reps <= 0:
+		return usageError(e, fs, "--reps must be positive")
+	case *inflight <= 0:
+		return usageError(e, fs, "--inflight must be positive")
+	case *ranks <= 0 || *ranks > 64:
+		return usageError(e, fs, "--ranks must be 1 to 64")
+	case *rpcTimeout <= 0 || *timeout <= 0:
+		return usageError(e, fs, "timeouts must be positive")
+	}
+	var addrs []string
+	if *endpoints != "" {
+		for _, a := range strings.Split(*endpoints, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			return usageError(e, fs, "--endpoints lists no address")
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -54,82 +75,74 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
 
-	srv, err := startServer(serverConfig{Listen: "tcp://127.0.0.1:0", Name: defaultIdentity(), ID: "a", FSID: randomFSID(), Logger: log})
-	if err != nil {
-		fmt.Fprintf(e.stderr, "ferry selftest: server: %v\n", err)
-		return exitError
-	}
-	defer srv.Close()
-	pc, err := dialPing(ctx, srv.Addr(), log)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "ferry selftest: client: %v\n", err)
-		return exitError
-	}
-	defer pc.Close()
-
-	var rows []*pingReport
-	total := 0
-	for _, sz := range selftestSizes {
-		n := sz.count
-		if *count > 0 {
-			n = *count
+	var cli *rpc.Instance
+	var eps []rpc.Endpoint
+	if len(addrs) == 0 {
+		g, err := selftest.StartLocalGroup(*ranks, log)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ferry selftest: starting %d ranks: %v\n", *ranks, err)
+			return exitError
 		}
-		for _, k := range selftestInflight {
-			o := pingOptions{Count: n, Size: sz.size, Inflight: k}
-			var pr *progress
-			if e.stderrTTY {
-				pr = &progress{w: e, label: fmt.Sprintf("%s, %d in flight", sizeString(sz.size), k), start: time.Now()}
-				o.Progress = pr.update
-			}
-			res := pc.run(ctx, o)
-			if pr != nil {
-				pr.clear()
-			}
-			r := newPingReport(res, o, "", "")
-			r.Status = nil // the same for every row
-			rows = append(rows, r)
-			total += r.Errors
-			if r.Error != "" {
-				fmt.Fprintf(e.stderr, "ferry selftest: %s, %d in flight: %s\n", sizeString(sz.size), k, r.Error)
-			}
-		}
-	}
-
-	if *asJSON {
-		writeJSON(e, struct {
-			Peer   string        `json:"peer"`
-			Rows   []*pingReport `json:"rows"`
-			Errors int           `json:"errors"`
-		}{pc.conn.PeerName().String(), rows, total})
+		defer g.Close()
+		cli, eps = g.Client, g.Endpoints()
 	} else {
-		printSelftestTable(e, rows)
+		// Each address is a rank of the client's view of the group; a
+		// `ferry serve` answers whatever rank it is addressed as.
+		cli, err = rpc.New(rpc.Options{Logger: log})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
+			return exitError
+		}
+		defer cli.Close()
+		for i, a := range addrs {
+			if err := cli.Group().Add(uint32(i), a); err != nil {
+				return usageError(e, fs, "--endpoints: %v", err)
+			}
+			eps = append(eps, rpc.Endpoint{Rank: uint32(i)})
+		}
 	}
-	if total > 0 {
+	c, err := cli.NewContext(rpc.ContextOptions{Timeout: *rpcTimeout})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
+		return exitError
+	}
+
+	if !*asJSON {
+		where := fmt.Sprintf("%d in-process ranks over loopback TCP", len(eps))
+		if len(addrs) > 0 {
+			where = strings.Join(addrs, ", ")
+		}
+		fmt.Fprintf(e.stdout, "Self-test: %d size pairs, %d RPCs each, %d in flight, endpoints: %s\n\n", len(pairs), *reps, *inflight, where)
+	}
+	failures := 0
+	for _, sp := range pairs {
+		cfg := selftest.Config{Endpoints: eps, Sizes: sp, Reps: *reps, Inflight: *inflight}
+		var pr *progress
+		if e.stderrTTY {
+			pr = &progress{w: e, label: fmt.Sprintf("(%d %d)", sp.Send, sp.Reply), start: time.Now()}
+			cfg.Progress = pr.update
+		}
+		res, err := selftest.Run(ctx, c, cfg)
+		if pr != nil {
+			pr.clear()
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "ferry selftest: (%d %d): %v\n", sp.Send, sp.Reply, err)
+			return exitError
+		}
+		failures += res.Failures
+		if *asJSON {
+			if err := res.WriteJSON(e.stdout); err != nil {
+				return exitError
+			}
+		} else {
+			res.Format(e.stdout)
+		}
+	}
+	if failures > 0 {
 		return exitError
 	}
 	return exitOK
-}
-
-func printSelftestTable(e *env, rows []*pingReport) {
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "size\tinflight\tcount\tmsgs/s\tMB/s\tp50 µs\tp99 µs\tmax µs\terrors\t")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n",
-			sizeString(r.Size), r.Inflight, r.Count, r.MsgsPerS, r.MBytesPerS, r.RTTP50, r.RTTP99, r.RTTMax, r.Errors)
-	}
-	_ = tw.Flush()
-	fmt.Fprintln(e.stdout, "msgs/s: round trips per second; MB/s: data payload sent + received, 1 MB = 10^6 B.")
-}
-
-// sizeString formats a byte count with a binary unit ("0 B", "4 KiB").
-func sizeString(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // progress is a line on a terminal rewritten in place with \r.
@@ -137,20 +150,11 @@ type progress struct {
 	w     *env
 	label string
 	start time.Time
-	last  time.Time
 	width int
 }
 
-// progressEvery is the minimum time between two redraws.
-const progressEvery = 100 * time.Millisecond
-
 func (p *progress) update(done, total int) {
-	now := time.Now()
-	if done < total && now.Sub(p.last) < progressEvery {
-		return
-	}
-	p.last = now
-	line := fmt.Sprintf("selftest: %s: %d/%d, %.0f msgs/s", p.label, done, total, rate(float64(done), now.Sub(p.start)))
+	line := fmt.Sprintf("selftest: %s: %d/%d RPCs, %.0f RPCs/s", p.label, done, total, rate(float64(done), time.Since(p.start)))
 	pad := ""
 	if n := p.width - len(line); n > 0 {
 		pad = strings.Repeat(" ", n)

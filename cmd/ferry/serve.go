@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc"
 )
 
 // defaultListen is where `ferry serve` listens by default: a mon's msgr2
@@ -21,7 +22,8 @@ import (
 const defaultListen = "v2:127.0.0.1:3300/0"
 
 // runServe is `ferry serve`: Ceph's simple_server, answering pings as a
-// mon does.
+// mon does, and an RPC rank 0 on the same address serving the self-test
+// protocol (`ferry selftest --endpoints ADDR`).
 func runServe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "serve")
 	listen := fs.String("listen", defaultListen, "address to listen on: v2:IP:PORT/NONCE or tcp://IP:PORT (port 0 picks a free port)")
@@ -61,7 +63,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	// The first line of stdout is the contract with scripts and tests.
 	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
 	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
-	log.Info("serving pings", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
+	log.Info("serving pings and the RPC self-test as rank 0", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
 	<-ctx.Done()
 	log.Info("shutting down", "pings_answered", srv.Pings())
 	srv.Close()
@@ -117,6 +119,7 @@ type serverConfig struct {
 // copy).
 type server struct {
 	m     *msgr.Messenger
+	rpc   *rpc.Instance // rank 0 on the same messenger: the self-test service
 	log   *slog.Logger
 	addr  string
 	reply *msg.Message // template: header and front shared by all replies
@@ -169,6 +172,20 @@ func startServer(cfg serverConfig) (*server, error) {
 		m.Shutdown()
 		return nil, err
 	}
+	// The RPC layer joins the messenger (it takes only RPC message types)
+	// as rank 0 with one context: every rpc instance serves the self-test
+	// protocol and the internal RPCs.
+	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: 0, Logger: cfg.Logger})
+	if err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	if _, err := ri.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+		ri.Close()
+		m.Shutdown()
+		return nil, err
+	}
+	s.rpc = ri
 	return s, nil
 }
 
@@ -179,8 +196,12 @@ func (s *server) Addr() string { return s.addr }
 // Pings returns the number of pings answered.
 func (s *server) Pings() uint64 { return s.pings.Load() }
 
-// Close shuts the messenger down and waits for its goroutines.
-func (s *server) Close() { s.m.Shutdown() }
+// Close stops the RPC instance, shuts the messenger down and waits for
+// their goroutines.
+func (s *server) Close() {
+	s.rpc.Close()
+	s.m.Shutdown()
+}
 
 // Dispatch answers MPing; it implements msgr.Dispatcher.
 func (s *server) Dispatch(m *msg.Message) bool {

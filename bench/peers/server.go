@@ -1,0 +1,294 @@
+// Package peers compares ferry's RPC layer (package rpc) with the raw-TCP
+// floor and with gRPC-Go unary calls, client and server in two processes
+// on loopback. It is a separate module so that gRPC stays out of ferry's
+// own dependencies.
+//
+// The benchmarks are in bench_test.go: the test binary re-executes itself
+// with FERRY_PEERS_ROLE=server to run Serve, which hosts the three servers
+// side by side; see BENCHMARKS.md at the repository root for the command
+// and the results.
+package peers
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferrymsg/ferry/rpc"
+)
+
+// The ferry protocol served: base 3, version 0.
+var (
+	OpSink = rpc.MakeOpcode(3, 0, 0) // any input, empty output
+	OpEcho = rpc.MakeOpcode(3, 0, 1) // raw bytes in, the same bytes out
+)
+
+// Protocol is the benchmark protocol; both handlers run inline on the
+// connection's reader goroutine (rpc.Inline).
+func Protocol(n *atomic.Uint64) rpc.Protocol {
+	return rpc.Protocol{Name: "peers", Base: 3, Version: 0, RPCs: []rpc.RPC{
+		{Name: "sink", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
+			n.Add(1)
+			return r.Reply(nil)
+		}},
+		{Name: "echo", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
+			n.Add(1)
+			var b rpc.Bytes
+			if err := r.Decode(&b); err != nil {
+				return err
+			}
+			return r.Reply(&b)
+		}},
+	}}
+}
+
+// gRPC method names: a hand-written service (no protoc) whose messages
+// are raw bytes (RawCodec).
+const (
+	GRPCSink = "/ferry.peers.Bench/Sink"
+	GRPCEcho = "/ferry.peers.Bench/Echo"
+)
+
+// RawCodec is a gRPC codec for *[]byte messages: the bytes are the wire
+// format (as gRPC's benchmarks' byteBufCodec).
+type RawCodec struct{}
+
+// Marshal returns the bytes.
+func (RawCodec) Marshal(v any) ([]byte, error) {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return nil, fmt.Errorf("peers: RawCodec cannot marshal %T", v)
+	}
+	return *p, nil
+}
+
+// Unmarshal copies data (gRPC may reuse it).
+func (RawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("peers: RawCodec cannot unmarshal into %T", v)
+	}
+	*p = append((*p)[:0], data...)
+	return nil
+}
+
+// Name is the codec's content-subtype.
+func (RawCodec) Name() string { return "ferry-raw" }
+
+type benchService interface{}
+
+func grpcHandler(echo bool, n *atomic.Uint64) grpc.MethodHandler {
+	return func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		var in []byte
+		if err := dec(&in); err != nil {
+			return nil, err
+		}
+		n.Add(1)
+		if echo {
+			return &in, nil
+		}
+		var empty []byte
+		return &empty, nil
+	}
+}
+
+func grpcServiceDesc(n *atomic.Uint64) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: "ferry.peers.Bench",
+		HandlerType: (*benchService)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Sink", Handler: grpcHandler(false, n)},
+			{MethodName: "Echo", Handler: grpcHandler(true, n)},
+		},
+	}
+}
+
+// MaxRawPayload bounds a raw request or reply.
+const MaxRawPayload = 64 << 20
+
+// rawEchoBit in a raw request's length asks for the payload back; without
+// it the reply is empty.
+const rawEchoBit = 1 << 31
+
+// Serve runs the server role: a ferry rpc instance (rank 0, one context
+// with Auto progress), a raw TCP server and a gRPC server on 127.0.0.1
+// (ephemeral ports). It writes their addresses to out:
+//
+//	ferry tcp://127.0.0.1:PORT
+//	raw 127.0.0.1:PORT
+//	grpc 127.0.0.1:PORT
+//
+// then answers commands from in, one per line: "stats" gets
+// "stats MALLOCS RPCS" (runtime.MemStats.Mallocs and the RPCs served by
+// all three). It returns when in reaches EOF.
+func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var served atomic.Uint64
+
+	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: log})
+	if err != nil {
+		return err
+	}
+	defer fi.Close()
+	if err := fi.Register(Protocol(&served)); err != nil {
+		return err
+	}
+	if _, err := fi.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	raw := &rawServer{ln: rl, n: &served, conns: map[net.Conn]struct{}{}}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		raw.serve(&wg)
+	}()
+	defer raw.close()
+
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodec(RawCodec{}))
+	gs.RegisterService(grpcServiceDesc(&served), nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = gs.Serve(gl)
+	}()
+	defer gs.Stop()
+
+	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\ngrpc %s\n", fi.URI(), rl.Addr(), gl.Addr()); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		switch cmd := strings.TrimSpace(sc.Text()); cmd {
+		case "stats":
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if _, err := fmt.Fprintf(out, "stats %d %d\n", ms.Mallocs, served.Load()); err != nil {
+				return err
+			}
+		case "":
+		default:
+			if _, err := fmt.Fprintf(out, "error unknown command %q\n", cmd); err != nil {
+				return err
+			}
+		}
+	}
+	return sc.Err()
+}
+
+// rawServer is the floor: requests are a 4-byte little-endian length
+// (bit 31: echo) and the payload; replies a 4-byte length and the payload
+// (empty unless echo). One goroutine per connection, buffered reads, one
+// write per reply (writev for a large payload).
+type rawServer struct {
+	ln net.Listener
+	n  *atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+}
+
+func (s *rawServer) serve(wg *sync.WaitGroup) {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer wg.Done()
+			_ = RawServe(c, s.n)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+func (s *rawServer) close() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+}
+
+// RawServe serves the raw floor protocol on c until it fails or closes.
+func RawServe(c net.Conn, n *atomic.Uint64) error {
+	br := bufio.NewReaderSize(c, 64<<10)
+	var (
+		hdr  [4]byte
+		buf  []byte
+		bufs net.Buffers
+	)
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		v := binary.LittleEndian.Uint32(hdr[:])
+		echo, sz := v&rawEchoBit != 0, int(v&^rawEchoBit)
+		if sz > MaxRawPayload {
+			return fmt.Errorf("peers: raw payload of %d bytes", sz)
+		}
+		if cap(buf) < 4+sz {
+			buf = make([]byte, 4+sz)
+		}
+		buf = buf[:4+sz]
+		if _, err := io.ReadFull(br, buf[4:]); err != nil {
+			return err
+		}
+		n.Add(1)
+		if !echo {
+			sz = 0
+		}
+		binary.LittleEndian.PutUint32(buf, uint32(sz))
+		var err error
+		if sz <= 16<<10 {
+			_, err = c.Write(buf[:4+sz])
+		} else {
+			bufs = net.Buffers{buf[:4], buf[4 : 4+sz]}
+			_, err = bufs.WriteTo(c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

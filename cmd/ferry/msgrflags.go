@@ -1,0 +1,155 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+)
+
+// policyNames are the kebab-case names of msgr's policy presets, for
+// --policy.
+var policyNames = []string{
+	"lossy-client", "lossless-client", "lossless-peer", "lossless-peer-reuse",
+	"stateful-server", "stateless-server", "stateless-registered-server",
+}
+
+// Defaults the messenger applies to a zero Config field; the flags check
+// the keepalive pair against them.
+const (
+	defaultKeepaliveInterval = 5 * time.Second
+	defaultKeepaliveTimeout  = 30 * time.Second
+)
+
+// msgrFlags are the messenger settings shared by serve and ping: the
+// policy, Ceph's ms_inject_* fault injection, keepalives and backoff.
+type msgrFlags struct {
+	policy         *string
+	injSocket      *int
+	injDelayType   *string
+	injDelayProb   *float64
+	injDelayMax    *time.Duration
+	injInternal    *time.Duration
+	kaInterval     *time.Duration
+	kaTimeout      *time.Duration
+	backoffInitial *time.Duration
+	backoffMax     *time.Duration
+}
+
+// addMsgrFlags defines the messenger flags on fs, with defaultPolicy as
+// the default of --policy.
+func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
+	return &msgrFlags{
+		policy:         fs.String("policy", defaultPolicy, "connection policy preset: "+strings.Join(policyNames, ", ")),
+		injSocket:      fs.Int("inject-socket-failures", 0, "shut the socket down on 1 in N frame reads and batch writes (ms_inject_socket_failures); 0 disables"),
+		injDelayType:   fs.String("inject-delay-type", "", `peer types whose received messages may be held back, space or comma separated, e.g. "client osd" (ms_inject_delay_type)`),
+		injDelayProb:   fs.Float64("inject-delay-probability", 0, "chance (0..1) that a message from such a peer is held back (ms_inject_delay_probability)"),
+		injDelayMax:    fs.Duration("inject-delay-max", 0, "longest a held message waits (ms_inject_delay_max)"),
+		injInternal:    fs.Duration("inject-internal-delays", 0, "longest random sleep at the session code's race points (ms_inject_internal_delays); 0 disables"),
+		kaInterval:     fs.Duration("keepalive-interval", 0, "how often an open connection sends KEEPALIVE2 (0: the default, 5s; negative disables)"),
+		kaTimeout:      fs.Duration("keepalive-timeout", 0, "fault a connection that received nothing for this long (0: the default, 30s; negative disables)"),
+		backoffInitial: fs.Duration("backoff-initial", 0, "first wait before a lossless connection retries a failed attempt (0: the default, 200ms)"),
+		backoffMax:     fs.Duration("backoff-max", 0, "longest wait between reconnect attempts, doubling from --backoff-initial (0: the default, 15s)"),
+	}
+}
+
+// msgrOptions are the messenger settings the flags chose. The zero value
+// is not meaningful: use defaultMsgrOptions or msgrFlags.options.
+type msgrOptions struct {
+	PolicyName string
+	Policy     msgr.Policy
+	Inject     msgr.Inject
+
+	KeepaliveInterval, KeepaliveTimeout time.Duration
+	InitialBackoff, MaxBackoff          time.Duration
+}
+
+// defaultMsgrOptions returns the options with policy name and nothing else
+// changed from the messenger's defaults.
+func defaultMsgrOptions(name string) *msgrOptions {
+	p, ok := msgr.PolicyByName(name)
+	if !ok {
+		panic("ferry: unknown policy preset " + name)
+	}
+	return &msgrOptions{PolicyName: name, Policy: p}
+}
+
+// configure copies the options into c.
+func (o *msgrOptions) configure(c *msgr.Config) {
+	c.Inject = o.Inject
+	c.KeepaliveInterval = o.KeepaliveInterval
+	c.KeepaliveTimeout = o.KeepaliveTimeout
+	c.InitialBackoff = o.InitialBackoff
+	c.MaxBackoff = o.MaxBackoff
+}
+
+// options validates the parsed flags and returns the options, or an error
+// phrased for the user (a usage error).
+func (f *msgrFlags) options() (*msgrOptions, error) {
+	p, ok := msgr.PolicyByName(*f.policy)
+	if !ok {
+		return nil, fmt.Errorf("--policy: unknown policy %q; want one of %s", *f.policy, strings.Join(policyNames, ", "))
+	}
+	o := &msgrOptions{
+		PolicyName:        *f.policy,
+		Policy:            p,
+		KeepaliveInterval: *f.kaInterval,
+		KeepaliveTimeout:  *f.kaTimeout,
+		InitialBackoff:    *f.backoffInitial,
+		MaxBackoff:        *f.backoffMax,
+		Inject: msgr.Inject{
+			SocketFailures:   *f.injSocket,
+			DelayProbability: *f.injDelayProb,
+			DelayMax:         *f.injDelayMax,
+			InternalDelays:   *f.injInternal,
+		},
+	}
+	switch {
+	case *f.injSocket < 0:
+		return nil, fmt.Errorf("--inject-socket-failures must not be negative")
+	case !(*f.injDelayProb >= 0 && *f.injDelayProb <= 1):
+		return nil, fmt.Errorf("--inject-delay-probability must be between 0 and 1")
+	case *f.injDelayMax < 0:
+		return nil, fmt.Errorf("--inject-delay-max must not be negative")
+	case *f.injInternal < 0:
+		return nil, fmt.Errorf("--inject-internal-delays must not be negative")
+	case *f.backoffInitial < 0 || *f.backoffMax < 0:
+		return nil, fmt.Errorf("--backoff-initial and --backoff-max must not be negative")
+	}
+	types, err := parseEntityTypes(*f.injDelayType)
+	if err != nil {
+		return nil, fmt.Errorf("--inject-delay-type: %v", err)
+	}
+	o.Inject.DelayTypes = types
+	// Check the keepalive pair as the messenger will run it, defaults
+	// filled in: a timeout shorter than the interval faults idle
+	// connections.
+	iv, to := o.KeepaliveInterval, o.KeepaliveTimeout
+	if iv == 0 {
+		iv = defaultKeepaliveInterval
+	}
+	if to == 0 {
+		to = defaultKeepaliveTimeout
+	}
+	if iv > 0 && to > 0 && to < iv {
+		return nil, fmt.Errorf("--keepalive-timeout %v is shorter than --keepalive-interval %v", to, iv)
+	}
+	return o, nil
+}
+
+// parseEntityTypes parses a list of entity type names ("client osd",
+// "client,osd").
+func parseEntityTypes(s string) ([]msg.EntityType, error) {
+	var out []msg.EntityType
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+		t, err := msg.ParseEntityType(f)
+		if err != nil || t == msg.EntityAny {
+			return nil, fmt.Errorf("unknown entity type %q", f)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,142 @@
+// Package rpc is ferry's RPC layer: DAOS's CaRT (contexts with progress,
+// registered protocols, requests with completion callbacks, one-way RPCs,
+// timeouts, per-endpoint credits with a wait queue, pooled requests, a
+// primary group of ranks with a URI per context tag and a per-context
+// connection cache, URI lookups and attach files, and the self-test
+// service) in Go, on top of the messenger (package msgr).
+//
+//	srv, _ := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Rank: 0})
+//	srv.Register(rpc.Protocol{Name: "kv", Base: 1, Version: 1, RPCs: []rpc.RPC{
+//		{Name: "get", Handler: func(r *rpc.Incoming) error {
+//			var k Key
+//			if err := r.Decode(&k); err != nil {
+//				return err
+//			}
+//			return r.Reply(lookup(k))
+//		}},
+//	}})
+//	srv.NewContext(rpc.ContextOptions{Auto: true}) // tag 0
+//
+//	cli, _ := rpc.New(rpc.Options{})
+//	cli.Group().Add(0, srv.URI()) // or cli.Group().LoadAttach(path)
+//	c, _ := cli.NewContext(rpc.ContextOptions{})
+//	err := c.Call(ctx, rpc.Endpoint{Rank: 0, Tag: 0}, rpc.MakeOpcode(1, 1, 0), &key, &val)
+//
+// # Instances, contexts and progress
+//
+// New creates an Instance (crt_init): a messenger, listening or client
+// only, with a default timeout (60 s), per-rank credits (32, clamped to
+// 256, UnlimitedCredits for none) and a bound on contexts (128). An
+// Instance may also join an existing messenger (Options.Messenger), taking
+// only the RPC message types, so one address serves Ceph messages and
+// RPCs alike (`ferry serve` does this).
+//
+// A Context (crt_context_create) is the unit of progress; its index is the
+// endpoint tag. Requests sent with Send complete through a callback that
+// runs in the context's progress: Progress (crt_progress) and
+// ProgressUntil (crt_progress_cond) run ready callbacks and queued
+// handlers in the caller's goroutine; with ContextOptions.Auto the context
+// has its own progress goroutine, optionally locked to an OS thread pinned
+// to CPUs (DAOS's xstreams). Call blocks its goroutine with a
+// context.Context and does not need progress at all: replies, timeouts and
+// credit returns are handled where they happen (the connection's reader
+// goroutine, the context's timer goroutine), so a context nobody
+// progresses still times requests out and drains its wait queues.
+//
+// # Protocols and opcodes
+//
+// An Opcode is base<<24 | version<<16 | index (CRT_PROTO_OPC). A Protocol
+// registers the RPCs of one base and version, each with a handler and
+// flags: OneWay (no reply), NoTimeout, QueueFront (head of the wait
+// queue, high message priority) and ferry's Inline (the handler runs on
+// the connection's reader goroutine, without a goroutine hop; it must not
+// block). Bases from 0xF0 up are reserved: 0xFF carries the internal RPCs
+// (OpPing, OpProtoQuery which returns the highest of a list of versions a
+// target supports, OpURILookup), 0xF2 the self-test (OpSelfTest). An
+// origin needs no registration to send an opcode; its own registration
+// gives the flags it sends with.
+//
+// # Requests, replies, errors
+//
+// Inputs are encoding.BinaryAppender values and outputs
+// encoding.BinaryUnmarshaler values. An input that also implements
+// DataAppender sends raw buffers in the message's data segment without
+// copying them, and an output that implements DataReceiver takes the data
+// segment without a copy; Bytes does both, so a 1 MiB input is neither
+// copied by the origin nor by the target.
+//
+// A handler answers with Incoming.Reply or Incoming.Fail, before or after
+// returning (asynchronous handlers keep the Incoming). Every failure is an
+// *Error with a Code that travels in the reply (CodeUnregistered,
+// CodeMalformed, CodeHandler, CodeBadTarget...) or is decided by the
+// origin (CodeTimedOut, CodeCanceled, CodeUnreachable, CodeExcluded,
+// CodeShutdown); errors.Is matches the package's sentinels, timeouts are
+// net.Errors and match context.DeadlineExceeded.
+//
+// # Tracking: ids, credits, wait queues, timeouts
+//
+// Each context tracks its requests with a pure state machine
+// (rpc/internal/track): it assigns ids (slot and generation, so a late
+// reply never matches a newer request), keeps per target rank an
+// in-flight count against the credits and a wait queue (QueueFront at its
+// head), and a timer heap. Its inputs are submissions, replies, aborts,
+// failures and the current time; its outputs are requests to transmit and
+// requests completed, with the reason. A request completes exactly once,
+// whichever of its reply, deadline, abort, connection failure or
+// exclusion comes first; later events find nothing. The goroutines
+// around it only move messages and time: the reader goroutines feed
+// replies, one timer goroutine per context feeds the time of an injected
+// Clock (Options.Clock), and completions are handed to Call or to
+// progress.
+//
+// Timeouts: Request.Timeout, else the context's (SetTimeout), else the
+// instance's; at most 3600 s. The origin's deadline (Unix nanoseconds)
+// travels in the RPC header, so a handler sees its remaining time
+// (Incoming.Remaining). NoTimeout requests carry none.
+//
+// # Groups, tags and URIs
+//
+// The primary Group maps ranks to the URI of each of their tags. Members
+// are added with the URI of tag 0 (Add, Remove, Modify with ModAdd,
+// ModRemove, ModReplace and a growing version, or LoadAttach of an attach
+// file that SaveAttach wrote: "name G", "size N", "all", then "RANK URI"
+// lines, as crt_group_config_save). A request to a tag whose URI is not
+// known starts a URI lookup (OpURILookup to the rank's tag 0, or to
+// another member; at most 8 tries; it takes no credit); requests to the
+// same endpoint share it. Each context caches its connections by (rank,
+// tag). Removing a rank completes its queued and in-flight requests with
+// ErrExcluded; a connection failure completes those sent on it with
+// ErrUnreachable.
+//
+// # Wire format
+//
+// A request is a message of type 0xFE00, a reply of type 0xFE01 (far
+// above Ceph's types), whose header tid is the RPC id and whose front
+// segment is a 40-byte little-endian RPC header (version, header length,
+// opcode, flags, source and destination rank and tag, deadline, rc, group
+// version; see rpc/internal/wire) followed by the encoded input or
+// output, or by an error text in a reply with a non-zero rc. Raw buffers
+// travel in the data segment. The RPC messages are fast-dispatched, so
+// they never wait in the messenger's dispatch queue.
+//
+// # Reuse
+//
+// Request objects (with their message, front buffer and completion
+// channel) and the target's Incoming objects are pooled (the seed's
+// crt_hg_pool of HG handles). A request's message is reused once every
+// connection it was handed to has released it (msg.Message.Release). A
+// reply reuses the request's message and, when it fits, its front buffer;
+// a request's pooled body goes back to the messenger's pool after the
+// reply unless the handler took its data segment. In steady state the
+// package itself allocates nothing per RPC; what remains is the
+// messenger's receive path.
+//
+// # Concurrency
+//
+// Every exported method is safe for concurrent use. Each context owns a
+// timer goroutine and, with Auto, a progress goroutine; Close waits for
+// them, completes what is left with ErrShutdown (running the callbacks)
+// and answers queued incoming requests with CodeShutdown. Queues are
+// bounded: the wait queues by the requests their callers submitted, the
+// progress queue's incoming requests by 65536 (beyond it, CodeBusy).
+package rpc
