@@ -513,6 +513,8 @@ func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 		Server:       c.policy.Server,
 		ResetCheck:   c.policy.ResetCheck,
 		Open:         c.state == stateOpen || c.state == stateStandby,
+		Outgoing:     c.outgoing,
+		Connecting:   c.state == stateConnecting && c.everReady,
 		ClientCookie: c.clientCookie,
 		ServerCookie: c.serverCookie,
 		PeerGlobal:   c.peerGlobalSeq,

@@ -543,6 +543,11 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 	old := c.run
 	r := newRun(nc, e)
 	c.run = r
+	if c.hsConn != nil {
+		// Our own connection attempt lost the race to the peer's: stop it,
+		// so it cannot reach the peer once this session is open.
+		_ = c.hsConn.Close()
+	}
 	// Nothing may be written to the new socket before its handshake is
 	// done: runSocket opens the connection again.
 	c.state = stateConnecting

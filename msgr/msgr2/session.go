@@ -17,6 +17,8 @@ type SessionState struct {
 	Server       bool   // our policy towards this peer has server set (we never connect to it)
 	ResetCheck   bool   // our policy towards this peer detects resets
 	Open         bool   // it is ready or in standby (an established session)
+	Outgoing     bool   // we opened it: we are the client of that session
+	Connecting   bool   // we are reconnecting it ourselves right now
 	ClientCookie uint64 // the peer's cookie for the session
 	ServerCookie uint64 // our cookie for it (0: never established)
 	PeerGlobal   uint64 // the peer's global_seq seen on it
@@ -63,7 +65,7 @@ func DecideReconnect(ex SessionState, r *SessionReconnect) ReconnectAction {
 		return ReconnectRetryGlobal
 	case ex.ConnectSeq > r.ConnectSeq:
 		return ReconnectRetry
-	case ex.ConnectSeq == r.ConnectSeq:
+	case ex.ConnectSeq == r.ConnectSeq && ex.Connecting:
 		// Both sides reconnected at once: the higher address wins unless
 		// we are the server side of the policy.
 		if addrGreater(ex.PeerAddr, ex.MyAddr) && !ex.Server {
@@ -101,6 +103,11 @@ func DecideIdent(ex SessionState, ci *ClientIdent) IdentAction {
 		return IdentClose
 	case ex.Lossy:
 		return IdentReplace
+	case ex.Outgoing && ex.Open:
+		// We are the client of an established session with this very
+		// peer instance (same address and nonce): its new connection is
+		// the loser of a race that our session already won.
+		return IdentWait
 	case ex.ClientCookie != 0 && ex.ClientCookie != ci.ClientCookie && ex.ServerCookie != 0:
 		return IdentReset
 	case ex.ClientCookie == ci.ClientCookie:

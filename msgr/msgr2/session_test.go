@@ -24,10 +24,14 @@ func TestDecideReconnect(t *testing.T) {
 		{"never established", func(s *SessionState, _ *SessionReconnect) { s.ServerCookie = 0 }, ReconnectReset},
 		{"stale global seq", func(s *SessionState, r *SessionReconnect) { r.GlobalSeq = 4 }, ReconnectRetryGlobal},
 		{"stale connect seq", func(s *SessionState, r *SessionReconnect) { r.ConnectSeq = 2 }, ReconnectRetry},
-		{"race, peer higher, we are not server", func(s *SessionState, r *SessionReconnect) { r.ConnectSeq = 3; s.PeerAddr, s.MyAddr = hi, lo }, ReconnectWait},
+		{"race, peer higher, we are not server", func(s *SessionState, r *SessionReconnect) {
+			r.ConnectSeq = 3
+			s.PeerAddr, s.MyAddr, s.Connecting = hi, lo, true
+		}, ReconnectWait},
+		{"equal cs, peer higher, we are in standby", func(s *SessionState, r *SessionReconnect) { r.ConnectSeq = 3; s.PeerAddr, s.MyAddr = hi, lo }, ReconnectReuse},
 		{"race, peer higher, we are server", func(s *SessionState, r *SessionReconnect) {
 			r.ConnectSeq = 3
-			s.PeerAddr, s.MyAddr, s.Server = hi, lo, true
+			s.PeerAddr, s.MyAddr, s.Server, s.Connecting = hi, lo, true, true
 		}, ReconnectReuse},
 		{"race, peer lower", func(s *SessionState, r *SessionReconnect) { r.ConnectSeq = 3 }, ReconnectReuse},
 		{"normal reconnect", func(*SessionState, *SessionReconnect) {}, ReconnectReuse},
@@ -68,6 +72,10 @@ func TestDecideIdent(t *testing.T) {
 			c.ClientCookie = 8
 			s.PeerAddr, s.MyAddr, s.Server = hi, lo, true
 		}, IdentReuse},
+		{"race lost by the peer: our outgoing session is open", func(s *SessionState, c *ClientIdent) {
+			s.Outgoing, s.Open = true, true
+			c.ClientCookie = 8
+		}, IdentWait},
 	}
 	for _, tc := range cases {
 		s, c := base, ci
