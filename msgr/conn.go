@@ -41,6 +41,7 @@ type Conn struct {
 	outgoing bool
 
 	target    transport.Addr // outgoing: where to dial
+	targetEA  msg.EntityAddr // outgoing: the peer's address, when given in Ceph form
 	targetKey string         // key in Messenger.outgoing
 	regKey    string         // key in Messenger.sessions
 
@@ -523,6 +524,9 @@ func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 	}
 	if a, ok := c.peerAddrs.Msgr2(); ok {
 		st.PeerAddr = a
+	} else {
+		// Still connecting: the address we dial is the peer's.
+		st.PeerAddr = c.targetEA
 	}
 	return st
 }
