@@ -461,6 +461,9 @@ func (c *Conn) discardAckedLocked(upTo uint64) {
 	if i > 0 {
 		c.sent = append(c.sent[:0], c.sent[i:]...)
 	}
+	if len(c.replay) > 0 && c.replay[0].Header.Seq <= upTo {
+		c.m.log.Debug("discarding replayed messages the peer has", "conn", c.id, "up_to", upTo, "first", c.replay[0].Header.Seq, "replay", len(c.replay))
+	}
 	i = 0
 	for i < len(c.replay) && c.replay[i].Header.Seq <= upTo {
 		c.replay[i].Done()
@@ -475,6 +478,7 @@ func (c *Conn) discardAckedLocked(upTo uint64) {
 // resetSessionLocked forgets the session (Ceph's reset_session): queued,
 // sent and requeued messages are dropped and numbering restarts.
 func (c *Conn) resetSessionLocked() {
+	c.m.log.Debug("session reset", "conn", c.id, "queued", c.outq.n, "replay", len(c.replay), "sent", len(c.sent), "out_seq", c.outSeq)
 	c.outq.drain()
 	clear(c.replay)
 	clear(c.sent)

@@ -450,6 +450,7 @@ func (m *Messenger) onClientIdent(e *msgr2.Engine, nc net.Conn, run **socketRun)
 	if *run = c.takeover(nc, e); *run == nil {
 		return nil, ErrClosed
 	}
+	m.log.Debug("client ident", "peer", key, "action", act.String(), "conn", c.id, "exists", st.Exists, "open", st.Open, "outgoing", st.Outgoing)
 	c.mu.Lock()
 	if act == msgr2.IdentReset {
 		c.resetSessionLocked()
