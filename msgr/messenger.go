@@ -501,34 +501,23 @@ func (m *Messenger) deliver(it dispatchItem) {
 		}
 		m.release(it)
 	case itemConnect:
-		for _, d := range ds {
-			if h, ok := d.(ConnectHandler); ok {
-				h.HandleConnect(it.c)
-			}
-		}
+		notify(ds, func(h ConnectHandler) { h.HandleConnect(it.c) })
 	case itemAccept:
-		for _, d := range ds {
-			if h, ok := d.(AcceptHandler); ok {
-				h.HandleAccept(it.c)
-			}
-		}
+		notify(ds, func(h AcceptHandler) { h.HandleAccept(it.c) })
 	case itemReset:
-		for _, d := range ds {
-			if h, ok := d.(ResetHandler); ok {
-				h.HandleReset(it.c)
-			}
-		}
+		notify(ds, func(h ResetHandler) { h.HandleReset(it.c) })
 	case itemRemoteReset:
-		for _, d := range ds {
-			if h, ok := d.(RemoteResetHandler); ok {
-				h.HandleRemoteReset(it.c)
-			}
-		}
+		notify(ds, func(h RemoteResetHandler) { h.HandleRemoteReset(it.c) })
 	case itemRefused:
-		for _, d := range ds {
-			if h, ok := d.(RefusedHandler); ok {
-				h.HandleRefused(it.c)
-			}
+		notify(ds, func(h RefusedHandler) { h.HandleRefused(it.c) })
+	}
+}
+
+// notify calls f on every dispatcher that implements the event interface H.
+func notify[H any](ds []Dispatcher, f func(H)) {
+	for _, d := range ds {
+		if h, ok := d.(H); ok {
+			f(h)
 		}
 	}
 }
