@@ -37,6 +37,15 @@ type DataReceiver interface {
 	ReceiveData(data [][]byte) error
 }
 
+// DataPeeker is implemented by an Output that looks at the data segment in
+// ReceiveData without keeping it: the RPC layer then recycles the
+// message's buffers as soon as decoding returns, so a large reply that is
+// only checked or copied elsewhere costs no allocation.
+type DataPeeker interface {
+	DataReceiver
+	PeeksData()
+}
+
 // Bytes is a raw payload. As an Input it travels in the data segment
 // without being copied; as an Output (*Bytes) it takes the data segment
 // without copying when it is one buffer (the usual case), so a 1 MiB

@@ -223,7 +223,11 @@ func (r *request) result(out Output) error {
 			data = r.reply.Data
 		}
 		err := decodeOutput(out, r.replyBody, data)
-		if _, took := out.(DataReceiver); r.reply != nil && (!took || len(data) == 0) {
+		_, took := out.(DataReceiver)
+		if _, peeked := out.(DataPeeker); peeked {
+			took = false
+		}
+		if r.reply != nil && (!took || len(data) == 0) {
 			// Nothing of the reply is kept: its buffers may go back to
 			// the messenger's pool.
 			r.reply.Done()
