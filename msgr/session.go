@@ -141,6 +141,13 @@ func (c *Conn) connectOnce() error {
 		_ = nc.Close()
 		return ErrClosed
 	}
+	if c.run != nil {
+		// While we dialled, the peer's own connection took the session
+		// over (a race it won): do not start a second one.
+		c.mu.Unlock()
+		_ = nc.Close()
+		return ErrWait
+	}
 	// close() shuts this socket if the connection is closed mid-handshake,
 	// so a stale attempt cannot reach the peer and disturb its sessions.
 	c.hsConn = nc
@@ -596,6 +603,8 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 	}
 	c.mu.Unlock()
 	c.lastRecv.Store(time.Now().UnixNano())
+	m.log.Debug("socket up", "conn", c.id, "outgoing", c.outgoing, "resumed", r.e.Resumed(), "in_seq", c.inSeq.Load(), "engine_in_seq", r.e.InSeq(),
+		"remote", r.nc.RemoteAddr().String())
 	if c.outgoing {
 		m.registerOutgoingSession(c)
 		m.queueEvent(itemConnect, c)
