@@ -1,0 +1,478 @@
+//go:build linux
+
+package shm
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Layout of the shared mapping: a header page, then ring 0 (written by
+// the dialer, side 0) and ring 1 (written by the listener, side 1), each
+// RingSize bytes. Every shared word sits on its own 64-byte cache line.
+// Wire constants (shared between processes); append only.
+const (
+	hdrSize     = 4096
+	offMagic    = 0   // helloMagic, written by the dialer before sending
+	offRingSize = 8   // ring size in bytes
+	offHead     = 64  // + 128*ring: bytes ever written to the ring
+	offTail     = 128 // + 128*ring: bytes ever read from the ring
+	offClosed   = 320 // + 64*side: nonzero once the side closed
+	offWake     = 448 // + 64*side: nonzero while the side may sleep
+)
+
+// Memory ordering. Each ring has one producer and one consumer. Head is
+// stored only by the producer, tail only by the consumer; both count
+// bytes ever transferred (uint64, never wrapping in practice), so
+// head-tail is the fill level and the data offset is the count modulo
+// the power-of-two size. The producer copies bytes into the ring with
+// plain stores and then publishes them with an atomic store of head; the
+// consumer loads head atomically before copying the bytes out and
+// releases the space with an atomic store of tail after copying. These
+// stores have at least release and these loads at least acquire
+// semantics (Go's atomics are sequentially consistent; under the race
+// detector they are release/acquire), which order the plain accesses on
+// either side of them, and that hardware ordering holds across processes
+// mapping the same pages; so a side never reads bytes that were not
+// fully written nor overwrites bytes not yet read.
+//
+// Sleeping uses the Dekker pattern, which needs a full barrier between
+// each side's store and its following load (see publish): a side
+// about to sleep stores its wake flag and then re-checks the ring; a side
+// that made progress stores head, tail or its closed flag and then loads
+// the peer's wake flag, writing the peer's eventfd if it was set. At
+// least one of the two sees the other's store, so no wake-up is lost.
+// The closed flag is stored after the side's last head store, so a
+// reader that sees it and then finds the ring empty has read everything.
+//
+// The race detector does not track memory outside the Go heap, so these
+// shared accesses are invisible to it; only the Go-side state below is
+// checked.
+
+// publish stores v in the shared word w with a full barrier, as the
+// Dekker pattern above needs. It is a Swap, not a Store: a Swap is a full
+// barrier in every build, while under the race detector an atomic Store
+// to memory outside the Go heap is only a release store, which lets a
+// later load pass it and loses wake-ups.
+func publish(w *atomic.Uint64, v uint64) { w.Swap(v) }
+
+// Conn is one end of an shm connection. It implements net.Conn. Read,
+// Write, Close and the deadline setters are safe for concurrent use;
+// concurrent Writes are serialised whole, and so are concurrent Reads.
+type Conn struct {
+	side   int
+	mem    []byte // the whole mapping; nil after Close
+	size   uint64 // ring size, a power of two
+	mask   uint64
+	out    []byte // ring this side writes
+	in     []byte // ring this side reads
+	spin   int
+	local  net.Addr
+	remote net.Addr
+
+	outHead, outTail, inHead, inTail *atomic.Uint64
+	myClosed, peerClosed             *atomic.Uint64
+	myWake, peerWake                 *atomic.Uint64
+
+	sock *net.UnixConn // kept open to notice the peer's death
+	own  *os.File      // this side's eventfd, read through the netpoller
+	peer *os.File      // the peer's eventfd, written to wake it
+
+	readMu  sync.Mutex // serialises Reads; held by Close before unmapping
+	writeMu sync.Mutex // serialises Writes; likewise
+	wakeBuf [8]byte    // eventfd increment, written under writeMu or readMu
+
+	closed atomic.Bool  // Close was called
+	broken atomic.Bool  // the peer went away without closing
+	rdl    atomic.Int64 // read deadline, Unix nanoseconds; 0 is none
+	wdl    atomic.Int64 // write deadline
+
+	mu      sync.Mutex
+	changed chan struct{} // closed on every wake-up; nil until awaited
+	bye     sync.Once     // one eventfd write to the peer on close
+
+	done sync.WaitGroup // the waker and monitor goroutines
+}
+
+func word(mem []byte, off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&mem[off]))
+}
+
+// newConn builds side's end over mem; ownFD and peerFD are the
+// nonblocking eventfds that wake this side and the peer. It takes
+// ownership of mem, sock and both descriptors.
+func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerFD int, spin int) *Conn {
+	other := 1 - side
+	c := &Conn{
+		side:       side,
+		mem:        mem,
+		size:       ring,
+		mask:       ring - 1,
+		spin:       spin,
+		sock:       sock,
+		out:        mem[hdrSize+uint64(side)*ring : hdrSize+uint64(side+1)*ring],
+		in:         mem[hdrSize+uint64(other)*ring : hdrSize+uint64(other+1)*ring],
+		outHead:    word(mem, offHead+128*side),
+		outTail:    word(mem, offTail+128*side),
+		inHead:     word(mem, offHead+128*other),
+		inTail:     word(mem, offTail+128*other),
+		myClosed:   word(mem, offClosed+64*side),
+		peerClosed: word(mem, offClosed+64*other),
+		myWake:     word(mem, offWake+64*side),
+		peerWake:   word(mem, offWake+64*other),
+		own:        os.NewFile(uintptr(ownFD), "shm-eventfd"),
+		peer:       os.NewFile(uintptr(peerFD), "shm-eventfd-peer"),
+	}
+	binary.NativeEndian.PutUint64(c.wakeBuf[:], 1) // eventfd counters are host-endian
+	return c
+}
+
+// start launches the goroutine that turns eventfd wake-ups into local
+// broadcasts and the one that watches the socket for the peer's death.
+func (c *Conn) start() {
+	c.done.Add(2)
+	go c.waker()
+	go c.monitor()
+}
+
+func (c *Conn) waker() {
+	defer c.done.Done()
+	var b [8]byte
+	for {
+		if _, err := c.own.Read(b[:]); err != nil {
+			return
+		}
+		c.broadcast()
+	}
+}
+
+func (c *Conn) monitor() {
+	defer c.done.Done()
+	var b [64]byte
+	for {
+		if _, err := c.sock.Read(b[:]); err != nil {
+			break
+		}
+		// The peer sends nothing after the handshake; ignore stray bytes.
+	}
+	if !c.closed.Load() && c.peerClosed.Load() == 0 {
+		c.broken.Store(true)
+	}
+	c.broadcast()
+}
+
+// release frees everything of a Conn that was never started.
+func (c *Conn) release() {
+	c.sock.Close()
+	c.own.Close()
+	c.peer.Close()
+	unix.Munmap(c.mem)
+	c.mem = nil
+}
+
+// broadcast wakes every local waiter.
+func (c *Conn) broadcast() {
+	c.mu.Lock()
+	if c.changed != nil {
+		close(c.changed)
+		c.changed = nil
+	}
+	c.mu.Unlock()
+}
+
+// notify wakes the peer if it said it may sleep. Call after publishing
+// progress, with readMu or writeMu held (so the mapping and the peer's
+// eventfd are still open).
+func (c *Conn) notify() {
+	if c.peerWake.Load() != 0 && c.peerWake.Swap(0) != 0 {
+		c.peer.Write(c.wakeBuf[:]) // an error means the peer is gone, which the monitor reports
+	}
+}
+
+// wait sleeps until a broadcast, ready() holds, or the deadline dl (Unix
+// nanoseconds, 0 for none) passes.
+func (c *Conn) wait(dl int64, ready func() bool) {
+	c.mu.Lock()
+	if c.changed == nil {
+		c.changed = make(chan struct{})
+	}
+	ch := c.changed
+	c.mu.Unlock()
+	publish(c.myWake, 1)
+	if ready() || c.closed.Load() || c.broken.Load() {
+		return
+	}
+	if dl == 0 {
+		<-ch
+		return
+	}
+	t := time.NewTimer(time.Until(time.Unix(0, dl)))
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+// spinUntil polls ready up to c.spin times.
+func (c *Conn) spinUntil(ready func() bool) bool {
+	for i := range c.spin {
+		if ready() {
+			return true
+		}
+		if i%64 == 63 {
+			runtime.Gosched()
+		}
+	}
+	return false
+}
+
+func (c *Conn) readable() bool {
+	return c.inHead.Load() != c.inTail.Load() || c.peerClosed.Load() != 0
+}
+
+func (c *Conn) writable() bool {
+	return c.outHead.Load()-c.outTail.Load() < c.size || c.peerClosed.Load() != 0
+}
+
+// expired reports whether the deadline dl has passed.
+func expired(dl int64) bool { return dl != 0 && time.Now().UnixNano() >= dl }
+
+// Read reads bytes the peer wrote. It returns io.EOF once the peer closed
+// and its bytes were read, a timeout matching os.ErrDeadlineExceeded when
+// the read deadline passes, and an error matching ErrPeerLost and
+// syscall.ECONNRESET when the peer went away without closing.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	spun := false
+	for {
+		switch {
+		case c.closed.Load():
+			return 0, c.opError("read", net.ErrClosed)
+		case c.broken.Load():
+			return 0, c.opError("read", errPeerLost)
+		}
+		dl := c.rdl.Load()
+		if expired(dl) {
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		if len(b) == 0 {
+			return 0, nil
+		}
+		peerClosed := c.peerClosed.Load() != 0 // before head: see the closing side's last bytes
+		n, err := c.take(b)
+		if err != nil {
+			c.broken.Store(true)
+			return 0, c.opError("read", err)
+		}
+		if n > 0 {
+			c.notify()
+			return n, nil
+		}
+		if peerClosed {
+			return 0, io.EOF
+		}
+		if !spun {
+			spun = true
+			if c.spinUntil(c.readable) {
+				continue
+			}
+		}
+		c.wait(dl, c.readable)
+	}
+}
+
+// take copies readable bytes into b and releases their space.
+func (c *Conn) take(b []byte) (int, error) {
+	tail := c.inTail.Load()
+	avail := c.inHead.Load() - tail
+	if avail == 0 {
+		return 0, nil
+	}
+	if avail > c.size {
+		return 0, errCorrupt
+	}
+	n := min(uint64(len(b)), avail)
+	off := tail & c.mask
+	k := copy(b[:n], c.in[off:])
+	copy(b[k:n], c.in)
+	publish(c.inTail, tail+n)
+	return int(n), nil
+}
+
+// Write writes b, blocking while the ring is full. It returns a timeout
+// matching os.ErrDeadlineExceeded when the write deadline passes (with
+// the count of bytes written), an error matching syscall.EPIPE once the
+// peer closed, and one matching ErrPeerLost and syscall.ECONNRESET when
+// the peer went away without closing.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	n := 0
+	spun := false
+	for {
+		switch {
+		case c.closed.Load():
+			return n, c.opError("write", net.ErrClosed)
+		case c.broken.Load():
+			return n, c.opError("write", errPeerLost)
+		case c.peerClosed.Load() != 0:
+			return n, c.opError("write", syscall.EPIPE)
+		}
+		dl := c.wdl.Load()
+		if expired(dl) {
+			return n, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		if n == len(b) {
+			return n, nil
+		}
+		k, err := c.put(b[n:])
+		if err != nil {
+			c.broken.Store(true)
+			return n, c.opError("write", err)
+		}
+		if k > 0 {
+			n += k
+			c.notify()
+			if n == len(b) {
+				// Done, even if the peer read it all and closed since.
+				return n, nil
+			}
+			spun = false
+			continue
+		}
+		if !spun {
+			spun = true
+			if c.spinUntil(c.writable) {
+				continue
+			}
+		}
+		c.wait(dl, c.writable)
+	}
+}
+
+// put copies as much of p as fits into the ring and publishes it.
+func (c *Conn) put(p []byte) (int, error) {
+	head := c.outHead.Load()
+	used := head - c.outTail.Load()
+	if used > c.size {
+		return 0, errCorrupt
+	}
+	n := min(uint64(len(p)), c.size-used)
+	if n == 0 {
+		return 0, nil
+	}
+	off := head & c.mask
+	k := copy(c.out[off:], p[:n])
+	copy(c.out, p[k:n])
+	publish(c.outHead, head+n)
+	return int(n), nil
+}
+
+// Close closes the connection: the peer reads what was written and then
+// io.EOF, and its writes fail. Close waits for Reads and Writes in
+// progress to return, then unmaps the rings and closes every descriptor.
+// A second Close returns an error matching net.ErrClosed.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return c.opError("close", net.ErrClosed)
+	}
+	c.broadcast() // Reads and Writes return
+	c.readMu.Lock()
+	c.writeMu.Lock()
+	publish(c.myClosed, 1)
+	c.peer.Write(c.wakeBuf[:])
+	c.sock.Close() // after the flag: the peer's monitor sees a clean close
+	c.own.Close()
+	c.done.Wait()
+	c.peer.Close()
+	err := unix.Munmap(c.mem)
+	c.mem = nil
+	c.writeMu.Unlock()
+	c.readMu.Unlock()
+	if err != nil {
+		return c.opError("close", os.NewSyscallError("munmap", err))
+	}
+	return nil
+}
+
+// LocalAddr returns this side's address: the listener's for accepted
+// connections, "shm://pid-N" for dialed ones.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the peer's address: the dialed address, or
+// "shm://pid-N" with the dialer's process ID on accepted connections.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rdl.Store(deadlineNanos(t))
+	c.wdl.Store(deadlineNanos(t))
+	c.broadcast()
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Reads, pending ones included; the
+// zero time means none.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rdl.Store(deadlineNanos(t))
+	c.broadcast()
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Writes, pending ones included;
+// the zero time means none.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.wdl.Store(deadlineNanos(t))
+	c.broadcast()
+	return nil
+}
+
+func deadlineNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	if n := t.UnixNano(); n > 0 {
+		return n
+	}
+	return 1 // long past
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: scheme, Source: c.local, Addr: c.remote, Err: err}
+}
+
+// connError is a connection failure: it matches its sentinel and errno.
+type connError struct {
+	sentinel error
+	errno    syscall.Errno
+	msg      string
+}
+
+func (e *connError) Error() string   { return e.msg }
+func (e *connError) Unwrap() []error { return []error{e.sentinel, e.errno} }
+
+var (
+	errPeerLost = &connError{ErrPeerLost, syscall.ECONNRESET, "shm: peer lost: connection reset"}
+	errCorrupt  = &connError{ErrPeerLost, syscall.ECONNRESET, "shm: peer corrupted the ring indices: connection reset"}
+)

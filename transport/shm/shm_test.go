@@ -1,0 +1,501 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/transporttest"
+)
+
+// The test binary re-executes itself as the peer process of the
+// multi-process tests; these variables tell it what to do.
+const (
+	envPeerMode = "FERRY_SHM_TEST_PEER" // "echo"
+	envPeerAddr = "FERRY_SHM_TEST_ADDR"
+	envPeerSize = "FERRY_SHM_TEST_SIZE" // if set, echo in messages of this many bytes
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envPeerMode); mode != "" {
+		os.Exit(runPeer(mode, os.Getenv(envPeerAddr)))
+	}
+	os.Exit(m.Run())
+}
+
+// runPeer is the body of the peer process: it dials addr (shm or unix)
+// and echoes everything until EOF.
+func runPeer(mode, addr string) int {
+	if mode != "echo" {
+		fmt.Fprintf(os.Stderr, "unknown peer mode %q\n", mode)
+		return 2
+	}
+	a, err := transport.ParseAddr(addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := transport.NewRegistry(New(), transport.NewUnix()).DialAddr(ctx, a)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dial:", err)
+		return 1
+	}
+	// Bound the peer's life in case the test process dies.
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	if n, _ := strconv.Atoi(os.Getenv(envPeerSize)); n > 0 {
+		err = echo(c, n)
+	} else {
+		_, err = io.Copy(c, c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo:", err)
+		return 1
+	}
+	if err := c.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+		return 1
+	}
+	return 0
+}
+
+// sockAddr returns an shm address for a socket in a fresh directory.
+func sockAddr(t testing.TB) string {
+	return "shm://" + filepath.Join(t.TempDir(), "s.sock")
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, New(), sockAddr(t))
+}
+
+// TestConformanceSmallRing runs the suite with the smallest ring, so that
+// every transfer wraps around many times, and with no spinning.
+func TestConformanceSmallRing(t *testing.T) {
+	transporttest.Run(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: -1}), sockAddr(t))
+}
+
+func TestNamedAddr(t *testing.T) {
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), rand.Uint32())
+	a := transport.Addr{Scheme: "shm", Host: name}
+	path, err := SocketPath(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(path) != filepath.Clean(os.TempDir()) || !strings.Contains(path, name) {
+		t.Fatalf("SocketPath(%v) = %q, want a socket named after it in %s", a, path, os.TempDir())
+	}
+	c, s := transporttest.Pair(t, New(), a.String())
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket %s still exists after the listener closed: %v", path, err)
+	}
+	roundTrip(t, c, s, []byte("hello"))
+	for _, bad := range []string{"shm://a/b", "shm://"} {
+		ba, err := transport.ParseAddr(bad)
+		if err != nil {
+			continue
+		}
+		if _, err := New().Listen(context.Background(), ba); !errors.Is(err, transport.ErrBadAddr) {
+			t.Errorf("Listen(%q) = %v, want transport.ErrBadAddr", bad, err)
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{{RingSize: 5000}, {RingSize: MinRingSize / 2}, {RingSize: 2 * MaxRingSize}, {HandshakeTimeout: -1}} {
+		a := transport.Addr{Scheme: "shm", Host: filepath.Join(t.TempDir(), "s.sock")}
+		if _, err := NewWithOptions(o).Listen(context.Background(), a); !errors.Is(err, transport.ErrBadConfig) {
+			t.Errorf("Listen with %+v = %v, want transport.ErrBadConfig", o, err)
+		}
+		if _, err := NewWithOptions(o).Dial(context.Background(), a); !errors.Is(err, transport.ErrBadConfig) {
+			t.Errorf("Dial with %+v = %v, want transport.ErrBadConfig", o, err)
+		}
+	}
+}
+
+func roundTrip(t *testing.T, c, s net.Conn, b []byte) {
+	t.Helper()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(b))
+	if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("read %q, %v; want %q", got, err, b)
+	}
+}
+
+// resources lists this process's open descriptors and its shm mappings.
+// It first makes sure the runtime's netpoller, which keeps descriptors
+// of its own once started, is running.
+func resources(t *testing.T) (fds int, maps []string) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "poller.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(m), "\n") {
+		if strings.Contains(l, "ferry-shm") {
+			maps = append(maps, l)
+		}
+	}
+	return len(ents), maps
+}
+
+// TestCloseReleases checks that closing both ends closes every descriptor
+// and unmaps the rings, and that nothing appears in /dev/shm.
+func TestCloseReleases(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	devShm, _ := os.ReadDir("/dev/shm")
+	fds0, maps0 := resources(t)
+	if len(maps0) != 0 {
+		t.Fatalf("shm mappings before the test: %q", maps0)
+	}
+	ln := transporttest.Listen(t, New(), sockAddr(t))
+	const conns = 3
+	var all []net.Conn
+	for range conns {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := New().Dial(ctx, ln.Addr())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		s.SetDeadline(time.Now().Add(10 * time.Second))
+		roundTrip(t, c, s, []byte("ping"))
+		roundTrip(t, s, c, []byte("pong"))
+		all = append(all, c, s)
+	}
+	if fds, maps := resources(t); fds <= fds0 || len(maps) != 2*conns {
+		t.Fatalf("with %d connections open: %d descriptors (%d before), %d mappings; want more descriptors and %d mappings",
+			conns, fds, fds0, len(maps), 2*conns)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fds, maps := resources(t); fds != fds0 || len(maps) != 0 {
+		t.Fatalf("after Close: %d descriptors (want %d), mappings %q", fds, fds0, maps)
+	}
+	if after, _ := os.ReadDir("/dev/shm"); len(after) > len(devShm) {
+		for _, e := range after {
+			if strings.Contains(e.Name(), "ferry") {
+				t.Fatalf("/dev/shm/%s left behind", e.Name())
+			}
+		}
+	}
+}
+
+// TestFullRing fills a small ring while the peer does not read: the
+// writer blocks with the ring full, then a slow reader taking small
+// pieces lets it finish, and every byte arrives in order.
+func TestFullRing(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	const ring = 16 << 10
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: ring}), sockAddr(t))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	want := make([]byte, 20*ring+123)
+	for i := range want {
+		want[i] = byte(i * 131 >> 3)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		wrote <- err
+	}()
+	cc := c.(*Conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for cc.outHead.Load()-cc.outTail.Load() != ring {
+		if time.Now().After(deadline) {
+			t.Fatalf("ring never filled")
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("Write returned (%v) with the ring full and nobody reading", err)
+	default:
+	}
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 1000)
+	for len(got) < len(want) {
+		n, err := s.Read(buf)
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", len(got), err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Write did not return after everything was read")
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read bytes differ from those written")
+	}
+}
+
+// TestPeerLostInProcess: a peer whose socket goes away without the closed
+// flag (as when its process dies) fails blocked Reads and Writes with
+// ErrPeerLost.
+func TestPeerLostInProcess(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize}), sockAddr(t))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	errs := make(chan error, 2)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		errs <- err
+	}()
+	go func() {
+		_, err := c.Write(make([]byte, 4*MinRingSize))
+		errs <- err
+	}()
+	s.(*Conn).sock.Close() // what the kernel does when the peer dies
+	for range 2 {
+		select {
+		case err := <-errs:
+			checkPeerLost(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Read or Write did not fail after the peer was lost")
+		}
+	}
+}
+
+func checkPeerLost(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrPeerLost) || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("error %v does not match ErrPeerLost and ECONNRESET", err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("error %v is a timeout", err)
+	}
+}
+
+// peerProc is a peer process running the test binary.
+type peerProc struct {
+	cmd    *exec.Cmd
+	exited chan error // receives cmd.Wait's result, then is closed
+}
+
+// startPeer runs the test binary as an echo peer that dials addr and
+// echoes a stream, or messages of size bytes if size > 0. The process is
+// killed when t ends if it is still running.
+func startPeer(t testing.TB, addr string, size int) *peerProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envPeerMode+"=echo", envPeerAddr+"="+addr, envPeerSize+"="+strconv.Itoa(size))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &peerProc{cmd: cmd, exited: make(chan error, 1)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	return p
+}
+
+// wait waits for the peer to exit and returns its exit error.
+func (p *peerProc) wait(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the peer process did not exit")
+		return nil
+	}
+}
+
+// acceptPeer accepts the peer process's connection.
+func acceptPeer(t testing.TB, ln transport.Listener) net.Conn {
+	t.Helper()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- res{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		t.Cleanup(func() { r.c.Close() })
+		return r.c
+	case <-time.After(20 * time.Second):
+		ln.Close()
+		t.Fatalf("the peer process did not connect")
+		return nil
+	}
+}
+
+// TestProcessEcho echoes 64 MiB through a separate process in writes and
+// reads of random sizes.
+func TestProcessEcho(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	addr := sockAddr(t)
+	ln := transporttest.Listen(t, New(), addr)
+	peer := startPeer(t, addr, 0)
+	c := acceptPeer(t, ln)
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	const total = 64 << 20
+	want := make([]byte, total)
+	rand.NewChaCha8([32]byte{1, 2, 3}).Read(want)
+	wrote := make(chan error, 1)
+	go func() {
+		r := rand.New(rand.NewPCG(3, 4))
+		for off := 0; off < total; {
+			n := min(1+r.IntN(300<<10), total-off)
+			if _, err := c.Write(want[off : off+n]); err != nil {
+				wrote <- err
+				return
+			}
+			off += n
+		}
+		wrote <- nil
+	}()
+	got := make([]byte, total)
+	r := rand.New(rand.NewPCG(5, 6))
+	for off := 0; off < total; {
+		n, err := c.Read(got[off:min(off+1+r.IntN(200<<10), total)])
+		if err != nil {
+			t.Fatalf("Read after %d bytes: %v", off, err)
+		}
+		off += n
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("echo differs from what was sent, first at byte %d", firstDiff(got, want))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.wait(t); err != nil {
+		t.Fatalf("peer process: %v", err)
+	}
+}
+
+// TestProcessKill kills the peer process with SIGKILL in the middle of a
+// stream: the local Read and Write fail with ErrPeerLost within a bound,
+// and Close releases everything.
+func TestProcessKill(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	fds0, _ := resources(t)
+	addr := sockAddr(t)
+	ln := transporttest.Listen(t, New(), addr)
+	peer := startPeer(t, addr, 0)
+	c := acceptPeer(t, ln)
+	ln.Close()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	wrote := make(chan error, 1)
+	go func() {
+		b := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(b); err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	total := 0
+	for total < 4<<20 {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("Read before the kill: %v", err)
+		}
+		total += n
+	}
+	if err := peer.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	read := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := c.Read(buf); err != nil {
+				read <- err
+				return
+			}
+		}
+	}()
+	const bound = 5 * time.Second
+	for _, ch := range []chan error{read, wrote} {
+		select {
+		case err := <-ch:
+			checkPeerLost(t, err)
+		case <-time.After(bound):
+			t.Fatalf("Read or Write still running %v after the peer was killed", bound)
+		}
+	}
+	t.Logf("Read and Write failed %v after SIGKILL", time.Since(killed))
+	peer.wait(t)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fds, maps := resources(t); fds != fds0 || len(maps) != 0 {
+		t.Fatalf("after Close: %d descriptors (want %d), mappings %q", fds, fds0, maps)
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
