@@ -87,6 +87,7 @@ type Conn struct {
 	inSeq            atomic.Uint64
 	lastRecv         atomic.Int64 // unix ns of the last frame received
 	lastWrite        atomic.Int64 // unix ns of the last write to the socket
+	lastSend         atomic.Int64 // unix ns of the last Send (or ack) asking for a write
 	lastKeepalive    atomic.Int64 // unix ns when the peer's last KEEPALIVE2 arrived
 	lastKeepaliveAck atomic.Int64 // unix ns of the stamp the peer last acked
 	reconnects       atomic.Uint64

@@ -382,9 +382,10 @@ func (c *Conn) release() {
 	c.mu.Unlock()
 }
 
-// inlineIdle is how long the socket must have been idle for a Send to
-// write inline: a sender that is streaming messages leaves them to the
-// writer goroutine, which coalesces them into one write.
+// inlineIdle is how long the socket must have been idle (no write) and
+// the sender quiet (no Send) for a Send to write inline: a sender that is
+// streaming messages leaves them to the writer goroutine, which coalesces
+// them into one write.
 const inlineIdle = int64(30 * time.Microsecond)
 
 // inlineWrites enables writing from Send. Measured on the 2-vCPU VM it did
@@ -404,9 +405,10 @@ func nanotime() int64 { return time.Now().UnixNano() }
 func (c *Conn) tryInline() {
 	r := c.run
 	now := nanotime()
+	prevSend := c.lastSend.Swap(now)
 	if !inlineWrites || c.owner != ownNone || c.state != stateOpen || r == nil || r.raw == nil ||
 		c.outq.bytes >= copyMax || len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 ||
-		now-c.lastWrite.Load() < inlineIdle {
+		now-c.lastWrite.Load() < inlineIdle || now-prevSend < inlineIdle {
 		// Busy, not a socket, or large data (which the writer sends with
 		// writev without copying): the writer goroutine does it.
 		c.mu.Unlock()
