@@ -173,6 +173,7 @@ func (c *Conn) connectOnce() error {
 		cfg.ServerCookie = c.serverCookie
 		cfg.ConnectSeq = c.connectSeq
 		cfg.InSeq = c.inSeq.Load()
+		cfg.PeerName = c.peerName
 	}
 	c.mu.Unlock()
 

@@ -71,6 +71,8 @@ type Config struct {
 	ServerCookie uint64
 	ConnectSeq   uint64
 	InSeq        uint64
+	// PeerName is the session's peer, which a resumption does not repeat.
+	PeerName msg.EntityName
 
 	// Limits bound frame sizes; zero fields take their defaults.
 	Limits Limits
@@ -602,6 +604,9 @@ func (e *Engine) clientIdentReply(tag Tag, p []byte) error {
 		}
 		e.inSeq = e.cfg.InSeq
 		e.peer.Cookie = e.cfg.ServerCookie
+		if e.cfg.PeerName.Type == e.peer.Name.Type {
+			e.peer.Name = e.cfg.PeerName
+		}
 		e.state = stReady
 		e.events = append(e.events, Event{Kind: EvReconnected, Seq: ok.MsgSeq})
 		return nil
