@@ -56,6 +56,7 @@ type Conn struct {
 	replacing bool       // a new socket is taking over
 	owner     uint8      // who holds the write side (ownNone, ownWriter, ...)
 	hsConn    net.Conn   // outgoing: the socket of a handshake in progress
+	dialer    bool       // an accepted session that now reconnects by itself (runOutgoing runs)
 	ws        writeState // the write side's buffers, used by its owner
 
 	// Session state (Ceph's Pipe/ProtocolV2 fields).
@@ -417,16 +418,32 @@ func (c *Conn) socketFailed(r *socketRun, err error) {
 		return
 	}
 	c.requeueLocked()
-	if c.serverCookie != 0 && c.outgoing {
+	startDialer := false
+	if !c.outgoing && !c.dialer && !c.policy.Server {
+		// An accepted session whose policy is not server-side reconnects
+		// too, as Ceph's does, when the peer listens somewhere.
+		if a, ok := c.peerAddrs.Msgr2(); ok && a.IP.IsValid() && a.IP.Port() != 0 {
+			if ta, err := transport.ParseAddr(a.String()); err == nil {
+				c.dialer, c.target, c.targetEA = true, ta, a
+				startDialer = true
+			}
+		}
+	}
+	reconnects := (c.outgoing || c.dialer) && !c.policy.Server
+	if c.serverCookie != 0 && reconnects {
 		// The side that reconnects counts its attempts (Ceph's connect_seq).
 		c.connectSeq++
 	}
-	if c.outgoing && !c.policy.Server {
+	if reconnects {
 		c.state = stateConnecting
 	} else {
 		c.state = stateStandby
 	}
 	c.mu.Unlock()
+	if startDialer {
+		c.m.wg.Add(1)
+		go c.runOutgoing()
+	}
 	var pe *msgr2.Error
 	if errors.As(err, &pe) {
 		c.m.log.Warn("protocol error; session kept for reconnect", "conn", c.id, "peer", c.PeerName().String(), "err", err)
