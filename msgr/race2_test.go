@@ -1,7 +1,6 @@
 package msgr_test
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
@@ -13,38 +12,9 @@ import (
 // each other exchange messages while both sides' sockets keep failing, so
 // both sides reconnect at once (reconnect races). Nothing is lost.
 func TestPeersReconnectTogether(t *testing.T) {
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	defer func() {
-		if t.Failed() {
-			t.Log(logs.String())
-		}
-	}()
-	type peer struct {
-		m   *msgr.Messenger
-		chk *seqChecker
-	}
-	mk := func(num int64) peer {
-		p := peer{chk: newSeqChecker()}
-		var err error
-		p.m, err = msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD, Num: num}, Logger: logger,
-			InitialBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, Inject: msgr.Inject{SocketFailures: 40}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.m.SetDefaultPolicy(msgr.LosslessPeer())
-		p.m.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
-			p.chk.see(m.Header.Src.String(), counterOf(t, m))
-			return true
-		}))
-		if err := p.m.Bind("v2:127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		_ = p.m.Start()
-		t.Cleanup(p.m.Shutdown)
-		return p
-	}
-	a, b := mk(1), mk(2)
+	cfg := msgr.Config{Logger: failureLogs(t), InitialBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Inject: msgr.Inject{SocketFailures: 40}}
+	a, b := newPeer(t, 1, cfg), newPeer(t, 2, cfg)
 	const n = 3000
 	done := make(chan error, 2)
 	send := func(from, to peer) {

@@ -17,38 +17,8 @@ import (
 func TestConnectionRace(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			type peer struct {
-				m   *msgr.Messenger
-				chk *seqChecker
-			}
-			logs := &syncBuffer{}
-			logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-			defer func() {
-				if t.Failed() {
-					t.Log(logs.String())
-				}
-			}()
-			mk := func(num int64) peer {
-				p := peer{chk: newSeqChecker()}
-				var err error
-				p.m, err = msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD, Num: num}, Logger: logger,
-					InitialBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.m.SetDefaultPolicy(msgr.LosslessPeer())
-				p.m.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
-					p.chk.see(m.Header.Src.String(), counterOf(t, m))
-					return true
-				}))
-				if err := p.m.Bind("v2:127.0.0.1:0"); err != nil {
-					t.Fatal(err)
-				}
-				_ = p.m.Start()
-				t.Cleanup(p.m.Shutdown)
-				return p
-			}
-			a, b := mk(1), mk(2)
+			cfg := msgr.Config{Logger: failureLogs(t), InitialBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+			a, b := newPeer(t, 1, cfg), newPeer(t, 2, cfg)
 			const n = 2000
 			start := make(chan struct{})
 			done := make(chan error, 2)
@@ -103,4 +73,46 @@ func TestConnectionRace(t *testing.T) {
 			waitFor(t, "a single session per side", 10*time.Second, func() bool { return live(a) == 1 && live(b) == 1 })
 		})
 	}
+}
+
+// peer is a bound lossless_peer messenger that checks the counters of
+// what it receives.
+type peer struct {
+	m   *msgr.Messenger
+	chk *seqChecker
+}
+
+// newPeer starts osd.num with cfg (Name, policy and dispatcher are set
+// here) on a free loopback port.
+func newPeer(t *testing.T, num int64, cfg msgr.Config) peer {
+	t.Helper()
+	p := peer{chk: newSeqChecker()}
+	cfg.Name = msg.EntityName{Type: msg.EntityOSD, Num: num}
+	var err error
+	if p.m, err = msgr.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	p.m.SetDefaultPolicy(msgr.LosslessPeer())
+	p.m.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		p.chk.see(m.Header.Src.String(), counterOf(t, m))
+		return true
+	}))
+	if err := p.m.Bind("v2:127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.m.Start()
+	t.Cleanup(p.m.Shutdown)
+	return p
+}
+
+// failureLogs returns a debug logger whose output is printed only if the
+// test fails.
+func failureLogs(t *testing.T) *slog.Logger {
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
