@@ -67,6 +67,8 @@ type Context struct {
 	// Origin-side counters beyond the tracker's.
 	nTransmitted atomic.Uint64
 	nLookups     atomic.Uint64
+
+	bulkState // bulk transfers started here
 }
 
 // work is one item for progress: a completed request to call back, or an
@@ -74,6 +76,7 @@ type Context struct {
 type work struct {
 	r  *request
 	in *Incoming
+	bt *BulkTransfer
 }
 
 // maxIncomingQueued bounds the work waiting for progress as far as
@@ -94,6 +97,9 @@ func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
 		done:    make(chan struct{}),
 	}
 	c.readyPool.New = func() any { return new(track.Ready[*request]) }
+	c.xfers = map[uint64]*BulkTransfer{}
+	c.perConn = map[*msgr.Conn]int64{}
+	c.finishing = map[uint64]*BulkTransfer{}
 	to := o.Timeout
 	if to == 0 {
 		to = in.opts.Timeout
@@ -437,6 +443,7 @@ func (c *Context) connFailed(conn *msgr.Conn) {
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
+	c.bulkConnFailed(conn)
 }
 
 // ranksChanged fails the requests to removed ranks and forgets the
@@ -566,6 +573,8 @@ func (c *Context) runWork() int {
 		batch[i] = work{}
 		if w.r != nil {
 			c.runCallback(w.r)
+		} else if w.bt != nil {
+			c.runBulkCallback(w.bt)
 		} else {
 			c.serve(w.in)
 		}
@@ -759,6 +768,7 @@ func (c *Context) Close() error {
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
+	c.closeBulk()
 	c.in.removeContext(c)
 	close(c.done)
 	c.wg.Wait()
@@ -778,6 +788,8 @@ func (c *Context) Close() error {
 		for _, w := range batch {
 			if w.r != nil {
 				c.runCallback(w.r)
+			} else if w.bt != nil {
+				c.runBulkCallback(w.bt)
 			} else {
 				w.in.failCode(CodeShutdown, "context closed")
 			}

@@ -27,6 +27,8 @@ const (
 	CodeShutdown     Code = 11 // the context or instance is shutting down (DER_SHUTDOWN)
 	CodeNotFound     Code = 12 // the URI or protocol asked for is not known (DER_NONEXIST)
 	CodeBusy         Code = 13 // the target's queue is full; retry later (DER_BUSY)
+	CodeNoPerm       Code = 14 // a bulk handle does not allow the access (DER_NO_PERM)
+	CodeInvalid      Code = 15 // an argument is out of range, such as a bulk offset (DER_INVAL)
 )
 
 // Sentinel errors, one per code: errors.Is(err, rpc.ErrTimedOut) holds for
@@ -62,6 +64,9 @@ var (
 	// ErrBusy: the target context's queue of requests waiting for its
 	// progress is full.
 	ErrBusy = errors.New("rpc: target busy")
+	// ErrNoPerm: a bulk handle's permissions do not allow the transfer
+	// (a PUT to a read-only handle, a GET from a write-only one).
+	ErrNoPerm = errors.New("rpc: permission denied")
 
 	// ErrExists: a protocol with that base and version is already
 	// registered, or a rank is already a member.
@@ -91,6 +96,8 @@ var codeErrs = [...]error{
 	CodeShutdown:     ErrShutdown,
 	CodeNotFound:     ErrNotFound,
 	CodeBusy:         ErrBusy,
+	CodeNoPerm:       ErrNoPerm,
+	CodeInvalid:      ErrInvalid,
 }
 
 // Err returns the sentinel error of the code (nil for CodeOK and for codes

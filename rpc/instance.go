@@ -36,6 +36,9 @@ type Instance struct {
 	ctxs  atomic.Pointer[[]*Context] // by tag; nil entries are free tags
 
 	malformed atomic.Uint64 // RPC messages whose header did not decode
+
+	bulks bulkRegistry // registered buffers by key
+	rts   sync.Map     // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
 }
 
 // New creates an instance (crt_init_opt): it starts a messenger (or
@@ -50,6 +53,7 @@ func New(opts Options) (*Instance, error) {
 	in := &Instance{opts: o, log: o.Logger, clock: o.Clock, rank: RankNone}
 	in.epoch = o.Clock.Now()
 	in.reg.init()
+	in.bulks.init()
 	empty := []*Context{}
 	in.ctxs.Store(&empty)
 	d := &dispatcher{in: in}
@@ -232,7 +236,8 @@ func (in *Instance) groupChanged(removed, changed []uint32) {
 type dispatcher struct{ in *Instance }
 
 func isRPC(m *msg.Message) bool {
-	return m.Header.Type == wire.TypeRequest || m.Header.Type == wire.TypeReply
+	t := m.Header.Type
+	return t == wire.TypeRequest || t == wire.TypeReply || t == wire.TypeBulk
 }
 
 // CanFastDispatch takes every RPC message.
@@ -268,6 +273,7 @@ func (in *Instance) connFailed(conn *msgr.Conn) {
 	for _, c := range in.contexts() {
 		c.connFailed(conn)
 	}
+	in.bulks.dropConn(conn)
 }
 
 func (in *Instance) dispatch(m *msg.Message) {
@@ -276,6 +282,10 @@ func (in *Instance) dispatch(m *msg.Message) {
 	}
 	defer in.life.RUnlock()
 	if in.closed.Load() {
+		return
+	}
+	if m.Header.Type == wire.TypeBulk {
+		in.handleBulk(m)
 		return
 	}
 	var front []byte

@@ -85,6 +85,70 @@ type Options struct {
 	Clock Clock
 	// Logger receives the instance's logs; default slog.Default().
 	Logger *slog.Logger
+
+	// Bulk sets the transfer protocols' sizes and windows.
+	Bulk BulkOptions
+}
+
+// BulkOptions size the bulk protocols and bound the bytes in flight. The
+// zero value of each field means its default.
+type BulkOptions struct {
+	// EagerLimit: an RPC input or output, or a transfer, of at most this
+	// many bytes travels in one message; a larger input or output goes
+	// as a bulk handle that the receiver pulls. Default
+	// DefaultEagerLimit.
+	EagerLimit int
+	// ChunkSize is the size of the chunks a larger transfer is cut into;
+	// the connection interleaves other messages between them. Default
+	// DefaultChunkSize.
+	ChunkSize int
+	// SegmentLimit: a PUT of at most this many bytes is pushed in chunks
+	// (segmented); a larger one asks the receiver to pull (rendezvous).
+	// Default DefaultSegmentLimit.
+	SegmentLimit int
+	// Window bounds one transfer's bytes in flight (requested or sent,
+	// not yet landed). Default DefaultBulkWindow.
+	Window int
+	// ConnLimit and ContextLimit bound the bytes in flight of all of a
+	// context's transfers on one connection and in all. Defaults
+	// DefaultBulkConnLimit and DefaultBulkContextLimit.
+	ConnLimit    int
+	ContextLimit int
+	// OverflowLimit bounds the bytes a context holds for overflowing
+	// inputs it has pulled and not yet handed to their handlers; a
+	// request beyond it waits. Default DefaultOverflowLimit.
+	OverflowLimit int
+}
+
+// Bulk defaults.
+const (
+	DefaultEagerLimit       = 16 << 10
+	DefaultChunkSize        = 256 << 10
+	DefaultSegmentLimit     = 1 << 20
+	DefaultBulkWindow       = 1 << 20
+	DefaultBulkConnLimit    = 4 << 20
+	DefaultBulkContextLimit = 16 << 20
+	DefaultOverflowLimit    = 64 << 20
+)
+
+func (o BulkOptions) withDefaults() BulkOptions {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.EagerLimit, DefaultEagerLimit)
+	def(&o.ChunkSize, DefaultChunkSize)
+	def(&o.SegmentLimit, DefaultSegmentLimit)
+	def(&o.Window, DefaultBulkWindow)
+	def(&o.ConnLimit, DefaultBulkConnLimit)
+	def(&o.ContextLimit, DefaultBulkContextLimit)
+	def(&o.OverflowLimit, DefaultOverflowLimit)
+	o.Window = max(o.Window, o.ChunkSize)
+	o.ConnLimit = max(o.ConnLimit, o.Window)
+	o.ContextLimit = max(o.ContextLimit, o.ConnLimit)
+	o.OverflowLimit = max(o.OverflowLimit, MaxPayload)
+	return o
 }
 
 func (o *Options) validate() error {
@@ -132,6 +196,7 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.Bulk = o.Bulk.withDefaults()
 	return o
 }
 

@@ -1,0 +1,312 @@
+package rpc
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ferrymsg/ferry/msgr"
+)
+
+// BulkPerm says what peers may do with a registered buffer (crt_bulk_perm_t).
+type BulkPerm uint8
+
+// Bulk permissions, as seen by the peer that holds the handle. Wire
+// constants; append only.
+const (
+	// BulkRO: peers may read it (GET); locally it is a PUT's source.
+	BulkRO BulkPerm = 1
+	// BulkWO: peers may write it (PUT); locally it is a GET's target.
+	BulkWO BulkPerm = 2
+	// BulkRW: both.
+	BulkRW BulkPerm = BulkRO | BulkWO
+)
+
+func (p BulkPerm) String() string {
+	switch p {
+	case BulkRO:
+		return "ro"
+	case BulkWO:
+		return "wo"
+	case BulkRW:
+		return "rw"
+	}
+	return fmt.Sprintf("perm(%d)", uint8(p))
+}
+
+func (p BulkPerm) valid() bool { return p >= BulkRO && p <= BulkRW }
+
+// Bulk is a registered scatter-gather list of byte slices
+// (crt_bulk_create): peers read it with GET or write it with PUT through
+// its BulkHandle, and local transfers use it as their source or target.
+// The slices are used in place: nothing is copied at registration, and
+// transferred bytes land in them (or leave from them) without an
+// intermediate copy. The caller must not change a slice while a transfer
+// reads it, nor read it while a transfer writes it.
+//
+// A Bulk stays registered until Free. It is safe for concurrent use.
+type Bulk struct {
+	in    *Instance
+	key   uint64
+	segs  [][]byte
+	offs  []int64 // offs[i] is where segs[i] starts
+	size  int64
+	perm  BulkPerm
+	freed atomic.Bool
+
+	// bound names the origin (crt_bulk_bind): set by Bind.
+	bound atomic.Pointer[bulkOrigin]
+
+	// conn, for an overflow handle, is the connection of the peer that
+	// pulls it: the handle is freed if that connection fails.
+	conn *msgr.Conn
+}
+
+type bulkOrigin struct {
+	rank uint32
+	tag  uint16
+	uri  string
+}
+
+// bulkRegistry maps keys to the instance's registered buffers.
+type bulkRegistry struct {
+	mu   sync.RWMutex
+	m    map[uint64]*Bulk
+	base uint64 // random high bits, so a restarted peer's keys differ
+	next atomic.Uint64
+}
+
+func (r *bulkRegistry) init() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	r.base = binary.LittleEndian.Uint64(b[:]) &^ (1<<40 - 1)
+	r.m = map[uint64]*Bulk{}
+}
+
+func (r *bulkRegistry) add(b *Bulk) {
+	b.key = r.base | (r.next.Add(1) & (1<<40 - 1))
+	r.mu.Lock()
+	r.m[b.key] = b
+	r.mu.Unlock()
+}
+
+func (r *bulkRegistry) get(key uint64) *Bulk {
+	r.mu.RLock()
+	b := r.m[key]
+	r.mu.RUnlock()
+	return b
+}
+
+func (r *bulkRegistry) remove(key uint64) *Bulk {
+	r.mu.Lock()
+	b := r.m[key]
+	delete(r.m, key)
+	r.mu.Unlock()
+	return b
+}
+
+// count returns how many handles are registered.
+func (r *bulkRegistry) count() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.m)
+}
+
+// dropConn frees the overflow handles of a failed connection.
+func (r *bulkRegistry) dropConn(c *msgr.Conn) {
+	r.mu.Lock()
+	for k, b := range r.m {
+		if b.conn == c {
+			delete(r.m, k)
+			b.freed.Store(true)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// NewBulk registers segs with permission perm and returns its handle
+// (crt_bulk_create). Empty slices are allowed; the handle's length is the
+// sum of the slices'.
+func (in *Instance) NewBulk(segs [][]byte, perm BulkPerm) (*Bulk, error) {
+	if !perm.valid() {
+		return nil, fmt.Errorf("%w: bulk permission %v", ErrInvalid, perm)
+	}
+	if in.closed.Load() {
+		return nil, ErrShutdown
+	}
+	b := newBulk(in, segs, perm)
+	in.bulks.add(b)
+	return b, nil
+}
+
+func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
+	b := &Bulk{in: in, perm: perm}
+	b.segs = make([][]byte, 0, len(segs))
+	b.offs = make([]int64, 0, len(segs))
+	for _, s := range segs {
+		if len(s) == 0 {
+			continue
+		}
+		b.segs = append(b.segs, s)
+		b.offs = append(b.offs, b.size)
+		b.size += int64(len(s))
+	}
+	return b
+}
+
+// Free deregisters b (crt_bulk_free): peers can no longer reach it.
+// Transfers that use it as their local side must have completed.
+func (b *Bulk) Free() {
+	if b.freed.Swap(true) {
+		return
+	}
+	b.in.bulks.remove(b.key)
+}
+
+// Len returns the registered length in bytes.
+func (b *Bulk) Len() int64 { return b.size }
+
+// Perm returns the registered permission.
+func (b *Bulk) Perm() BulkPerm { return b.perm }
+
+// Segments returns the registered slices (without empty ones).
+func (b *Bulk) Segments() [][]byte { return b.segs }
+
+// Bind records c's endpoint and address in b's handle (crt_bulk_bind), so
+// that a third party that receives the handle can transfer with it
+// directly, without the RPC that carried it.
+func (b *Bulk) Bind(c *Context) error {
+	in := b.in
+	if c.in != in {
+		return fmt.Errorf("%w: context of another instance", ErrInvalid)
+	}
+	uri := in.uri
+	if u, err := in.group.URI(in.rank, c.tag); err == nil && u != "" {
+		uri = u
+	}
+	if uri == "" {
+		return fmt.Errorf("%w: a client-only instance has no address to bind", ErrInvalid)
+	}
+	b.bound.Store(&bulkOrigin{rank: in.rank, tag: c.tag, uri: uri})
+	return nil
+}
+
+// Handle returns the descriptor a peer needs to transfer with b; it
+// travels in an RPC input or output (it implements BinaryAppender).
+func (b *Bulk) Handle() BulkHandle {
+	h := BulkHandle{Key: b.key, Len: b.size, Perm: b.perm}
+	if o := b.bound.Load(); o != nil {
+		h.Rank, h.Tag, h.URI = o.rank, o.tag, o.uri
+	}
+	return h
+}
+
+// slice appends to dst the pieces of b's segments that cover [off,
+// off+n), which the caller has checked lie inside b.
+func (b *Bulk) slice(dst [][]byte, off, n int64) [][]byte {
+	if n == 0 {
+		return dst
+	}
+	i := sort.Search(len(b.offs), func(i int) bool { return b.offs[i] > off }) - 1
+	for n > 0 {
+		s := b.segs[i][off-b.offs[i]:]
+		if int64(len(s)) > n {
+			s = s[:n]
+		}
+		dst = append(dst, s)
+		n -= int64(len(s))
+		off += int64(len(s))
+		i++
+	}
+	return dst
+}
+
+// inRange reports whether [off, off+n) lies inside b.
+func (b *Bulk) inRange(off, n uint64) bool {
+	return off <= uint64(b.size) && n <= uint64(b.size)-off
+}
+
+// copyIn copies src into b at off (the eager path, for chunks too small
+// to be placed).
+func (b *Bulk) copyIn(off int64, src [][]byte) {
+	for _, s := range src {
+		for len(s) > 0 {
+			var dst [1][]byte
+			d := b.slice(dst[:0], off, int64(len(s)))
+			n := copy(d[0], s)
+			s = s[n:]
+			off += int64(n)
+		}
+	}
+}
+
+// BulkHandle is a peer's view of a registered buffer (crt_bulk_t as it
+// travels in an RPC): its key, length and permission, and, when it was
+// bound, the rank, tag and address of its origin. Encode it into an input
+// or output with AppendBinary; decode it with Decode (or UnmarshalBinary
+// when it is the whole payload).
+type BulkHandle struct {
+	Key  uint64
+	Len  int64
+	Perm BulkPerm
+	// Rank, Tag and URI name the origin of a bound handle (URI empty:
+	// not bound).
+	Rank uint32
+	Tag  uint16
+	URI  string
+}
+
+// maxBulkURI bounds the URI a handle carries.
+const maxBulkURI = 1024
+
+// bulkHandleFixed is the encoded length without the URI.
+const bulkHandleFixed = 8 + 8 + 1 + 4 + 2 + 2
+
+// AppendBinary appends the handle's encoding (little-endian: key u64, len
+// u64, perm u8, rank u32, tag u16, URI length u16 and bytes).
+func (h BulkHandle) AppendBinary(b []byte) ([]byte, error) {
+	if len(h.URI) > maxBulkURI {
+		return b, fmt.Errorf("%w: bulk URI of %d bytes", ErrInvalid, len(h.URI))
+	}
+	b = binary.LittleEndian.AppendUint64(b, h.Key)
+	b = binary.LittleEndian.AppendUint64(b, uint64(h.Len))
+	b = append(b, byte(h.Perm))
+	b = binary.LittleEndian.AppendUint32(b, h.Rank)
+	b = binary.LittleEndian.AppendUint16(b, h.Tag)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.URI)))
+	return append(b, h.URI...), nil
+}
+
+// Decode parses a handle at the start of p and returns what follows it.
+func (h *BulkHandle) Decode(p []byte) (rest []byte, err error) {
+	if len(p) < bulkHandleFixed {
+		return nil, fmt.Errorf("%w: bulk handle of %d bytes", ErrMalformed, len(p))
+	}
+	h.Key = binary.LittleEndian.Uint64(p)
+	h.Len = int64(binary.LittleEndian.Uint64(p[8:]))
+	h.Perm = BulkPerm(p[16])
+	h.Rank = binary.LittleEndian.Uint32(p[17:])
+	h.Tag = binary.LittleEndian.Uint16(p[21:])
+	n := int(binary.LittleEndian.Uint16(p[23:]))
+	p = p[bulkHandleFixed:]
+	if h.Len < 0 || !h.Perm.valid() || n > maxBulkURI || len(p) < n {
+		return nil, fmt.Errorf("%w: bad bulk handle", ErrMalformed)
+	}
+	h.URI = string(p[:n])
+	return p[n:], nil
+}
+
+// UnmarshalBinary decodes a handle that is the whole of p.
+func (h *BulkHandle) UnmarshalBinary(p []byte) error {
+	rest, err := h.Decode(p)
+	if err == nil && len(rest) != 0 {
+		err = fmt.Errorf("%w: %d bytes after the bulk handle", ErrMalformed, len(rest))
+	}
+	return err
+}
+
+// Bound reports whether the handle names its origin.
+func (h BulkHandle) Bound() bool { return h.URI != "" }

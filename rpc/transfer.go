@@ -1,0 +1,928 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// BulkOp is a transfer's direction (crt_bulk_op_t).
+type BulkOp uint8
+
+// Transfer directions.
+const (
+	// BulkPut writes the local buffer into the remote handle (push).
+	BulkPut BulkOp = 1
+	// BulkGet reads the remote handle into the local buffer (pull).
+	BulkGet BulkOp = 2
+)
+
+func (o BulkOp) String() string {
+	switch o {
+	case BulkPut:
+		return "put"
+	case BulkGet:
+		return "get"
+	}
+	return fmt.Sprintf("bulkop(%d)", uint8(o))
+}
+
+// BulkDesc describes a transfer (crt_bulk_desc_t).
+type BulkDesc struct {
+	// Op is BulkPut or BulkGet.
+	Op BulkOp
+	// Remote is the peer's handle, RemoteOff the offset in it.
+	Remote    BulkHandle
+	RemoteOff int64
+	// Local is this side's registered buffer, LocalOff the offset in it.
+	Local    *Bulk
+	LocalOff int64
+	// Len is the number of bytes to move.
+	Len int64
+
+	// Where Remote lives: Via, the incoming RPC that carried the handle
+	// (the transfer uses its connection, as CaRT's bd_rpc); else Remote's
+	// origin if it is bound; else Peer.
+	Via  *Incoming
+	Peer *Endpoint
+
+	// Timeout bounds the transfer; 0 means the context's timeout.
+	Timeout time.Duration
+	// Arg is handed back in the completion.
+	Arg any
+}
+
+// BulkCompletion is what a transfer's callback gets (crt_bulk_cb_info).
+type BulkCompletion struct {
+	Transfer *BulkTransfer
+	Desc     BulkDesc
+	// Err is nil on success, else an *Error: CodeCanceled (Abort),
+	// CodeTimedOut, CodeUnreachable (the connection failed), CodeNoPerm,
+	// CodeInvalid or CodeNotFound (the peer refused), CodeShutdown.
+	Err error
+}
+
+// BulkCallback is called once per transfer started with Transfer, by the
+// context's progress.
+type BulkCallback func(BulkCompletion)
+
+// BulkProtocol is how a transfer moves its bytes (libfabric rxm's
+// choice by size).
+type BulkProtocol uint8
+
+// Transfer protocols.
+const (
+	// Eager: one message (up to the eager limit).
+	Eager BulkProtocol = 1
+	// Segmented: chunks pushed without waiting for the receiver, within
+	// the window (SAR; PUT up to the segmentation limit).
+	Segmented BulkProtocol = 2
+	// Rendezvous: the receiver pulls chunks when it is ready (every GET
+	// above the eager limit; a PUT above the segmentation limit asks the
+	// receiver to pull).
+	Rendezvous BulkProtocol = 3
+)
+
+func (p BulkProtocol) String() string {
+	switch p {
+	case Eager:
+		return "eager"
+	case Segmented:
+		return "segmented"
+	case Rendezvous:
+		return "rendezvous"
+	}
+	return fmt.Sprintf("protocol(%d)", uint8(p))
+}
+
+// transfer states.
+const (
+	xActive uint8 = iota
+	xFinishing
+	xFinished
+)
+
+// BulkTransfer is a transfer in progress (the op id of crt_bulk_transfer).
+type BulkTransfer struct {
+	c     *Context
+	id    uint64
+	d     BulkDesc
+	conn  *msgr.Conn
+	proto BulkProtocol
+	chunk int64
+	cb    BulkCallback
+	done  chan struct{}
+	timer *time.Timer
+	// internal completion, run where the transfer finishes (overflow
+	// pulls and rendezvous PUTs served for a peer).
+	onDone func(error)
+
+	// Guarded by the context's bmu.
+	state    uint8
+	next     int64 // next byte to request or send
+	acked    int64 // bytes landed
+	inflight int64 // bytes requested or sent and not yet landed
+	placing  int   // chunks being read into Local right now
+	parked   bool
+	err      error
+}
+
+// Protocol returns the protocol the transfer uses.
+func (t *BulkTransfer) Protocol() BulkProtocol { return t.proto }
+
+// Done is closed when the transfer has completed.
+func (t *BulkTransfer) Done() <-chan struct{} { return t.done }
+
+// Err returns the transfer's result once Done is closed.
+func (t *BulkTransfer) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Abort cancels the transfer (crt_bulk_abort): it completes with
+// ErrCanceled, and Abort returns true, unless it had already completed.
+// Once it has completed nothing more is written into its local buffer.
+func (t *BulkTransfer) Abort() bool {
+	c := t.c
+	c.bmu.Lock()
+	if t.state != xActive {
+		c.bmu.Unlock()
+		return false
+	}
+	fin := c.failLocked(t, &Error{Code: CodeCanceled, Msg: "bulk transfer aborted"})
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	if t.d.Op == BulkPut && t.proto == Rendezvous {
+		m := bulkMsg(&wire.BulkHeader{Op: wire.BulkCancel, SrcTag: c.tag, DstTag: t.d.Remote.Tag, Xfer: t.id}, nil, msg.PrioHigh)
+		if err := t.conn.Send(m); err != nil {
+			m.Done()
+		}
+	}
+	return true
+}
+
+// bulkState is a context's transfers and flow-control accounting.
+type bulkState struct {
+	bmu      sync.Mutex
+	xfers    map[uint64]*BulkTransfer
+	nextX    uint64
+	inflight int64                // bytes in flight over all transfers
+	perConn  map[*msgr.Conn]int64 // bytes in flight per connection
+	parked   []*BulkTransfer      // transfers waiting for the context's or a connection's window
+	// finishing holds ended transfers whose chunk is still being read
+	// into their buffer.
+	finishing map[uint64]*BulkTransfer
+	bclosed   bool
+	nDone     uint64
+	nFailed   uint64
+	bytes     uint64
+}
+
+// TransferWait runs a transfer and waits for it (no progress needed). If
+// ctx ends first the transfer is aborted and ctx's error is returned.
+func (c *Context) TransferWait(ctx context.Context, d BulkDesc) error {
+	t, err := c.startTransfer(d, nil, nil)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		if t.Abort() {
+			<-t.done
+			return ctx.Err()
+		}
+		<-t.done
+		return t.err
+	}
+}
+
+// Transfer starts a transfer (crt_bulk_transfer); cb, if not nil, runs
+// in the context's progress when it completes. Errors in the descriptor
+// are returned at once.
+func (c *Context) Transfer(d BulkDesc, cb BulkCallback) (*BulkTransfer, error) {
+	return c.startTransfer(d, cb, nil)
+}
+
+func (c *Context) descErr(d *BulkDesc) error {
+	bad := func(code Code, f string, a ...any) error {
+		return &Error{Code: code, Msg: fmt.Sprintf(f, a...)}
+	}
+	switch {
+	case d.Op != BulkPut && d.Op != BulkGet:
+		return bad(CodeInvalid, "bulk op %v", d.Op)
+	case d.Local == nil || d.Local.freed.Load():
+		return bad(CodeInvalid, "no registered local buffer")
+	case d.Local.in != c.in:
+		return bad(CodeInvalid, "local buffer of another instance")
+	case d.Len < 0 || d.LocalOff < 0 || d.RemoteOff < 0:
+		return bad(CodeInvalid, "negative length or offset")
+	case !d.Local.inRange(uint64(d.LocalOff), uint64(d.Len)):
+		return bad(CodeInvalid, "local range %d+%d outside %d bytes", d.LocalOff, d.Len, d.Local.size)
+	case d.Remote.Len >= 0 && (d.RemoteOff > d.Remote.Len || d.Len > d.Remote.Len-d.RemoteOff):
+		return bad(CodeInvalid, "remote range %d+%d outside %d bytes", d.RemoteOff, d.Len, d.Remote.Len)
+	case d.Op == BulkGet && d.Local.perm&BulkWO == 0:
+		return bad(CodeNoPerm, "GET into a read-only local buffer")
+	case d.Op == BulkPut && d.Local.perm&BulkRO == 0:
+		return bad(CodeNoPerm, "PUT from a write-only local buffer")
+	case d.Op == BulkGet && d.Remote.Perm&BulkRO == 0:
+		return bad(CodeNoPerm, "GET from a write-only remote handle")
+	case d.Op == BulkPut && d.Remote.Perm&BulkWO == 0:
+		return bad(CodeNoPerm, "PUT into a read-only remote handle")
+	}
+	return nil
+}
+
+// transferConn finds the connection to the remote handle's holder.
+func (c *Context) transferConn(d *BulkDesc) (*msgr.Conn, error) {
+	if d.Via != nil {
+		if conn, ok := d.Via.conn.(*msgr.Conn); ok && conn != nil {
+			return conn, nil
+		}
+		return nil, &Error{Code: CodeInvalid, Msg: "the incoming RPC has no connection"}
+	}
+	if d.Remote.URI != "" {
+		if c.in.group.Has(d.Remote.Rank) {
+			return c.endpointConn(Endpoint{Rank: d.Remote.Rank, Tag: d.Remote.Tag})
+		}
+		conn, err := c.in.m.Connect(d.Remote.URI)
+		if err != nil {
+			return nil, &Error{Code: CodeUnreachable, Msg: "connecting to " + d.Remote.URI, Err: err}
+		}
+		return conn, nil
+	}
+	if d.Peer != nil {
+		return c.endpointConn(*d.Peer)
+	}
+	return nil, &Error{Code: CodeInvalid, Msg: "no peer: set Via or Peer, or use a bound handle"}
+}
+
+// endpointConn is connFor without URI lookups: the URI must be known.
+func (c *Context) endpointConn(ep Endpoint) (*msgr.Conn, error) {
+	conn, err := c.connFor(ep, 0)
+	if errors.Is(err, errLookupPending) {
+		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "the endpoint's URI is not known"}
+	}
+	return conn, err
+}
+
+// protocolFor picks the protocol and chunk size of a transfer.
+func (in *Instance) protocolFor(op BulkOp, n int64) (BulkProtocol, int64) {
+	o := &in.opts.Bulk
+	switch {
+	case n <= int64(o.EagerLimit):
+		return Eager, max(n, 1)
+	case op == BulkPut && n <= int64(o.SegmentLimit):
+		return Segmented, int64(o.ChunkSize)
+	}
+	return Rendezvous, int64(o.ChunkSize)
+}
+
+func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
+	if err := c.descErr(&d); err != nil {
+		return nil, err
+	}
+	conn, err := c.transferConn(&d)
+	if err != nil {
+		return nil, err
+	}
+	return c.startOn(conn, d, cb, onDone)
+}
+
+func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
+	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{})}
+	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
+	to := d.Timeout
+	if to <= 0 {
+		to = c.Timeout()
+	}
+	c.bmu.Lock()
+	if c.bclosed {
+		c.bmu.Unlock()
+		return nil, &Error{Code: CodeShutdown}
+	}
+	c.nextX++
+	t.id = c.nextX
+	c.xfers[t.id] = t
+	if to > 0 && d.Len > 0 {
+		t.timer = time.AfterFunc(to, func() { t.fail(&Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"}) })
+	}
+	var out []*msg.Message
+	var fin []*BulkTransfer
+	switch {
+	case d.Len == 0:
+		fin = c.completeLocked(t, nil)
+	case d.Op == BulkPut && t.proto == Rendezvous:
+		// Ask the holder of Remote to pull from Local.
+		out = append(out, bulkMsg(&wire.BulkHeader{
+			Op: wire.BulkRTS, SrcTag: c.tag, DstTag: d.Remote.Tag, Xfer: t.id,
+			Key: d.Remote.Key, Off: uint64(d.RemoteOff), Len: uint64(d.Len),
+			Key2: d.Local.key, Off2: uint64(d.LocalOff),
+		}, nil, msg.PrioDefault))
+		t.next = d.Len // the peer pulls it all; its final ack lands it
+	default:
+		out = c.issueLocked(t, out)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	c.sendAll(t, out)
+	return t, nil
+}
+
+// fail completes t with err if it is still active.
+func (t *BulkTransfer) fail(err error) {
+	c := t.c
+	c.bmu.Lock()
+	var fin []*BulkTransfer
+	if t.state == xActive {
+		fin = c.failLocked(t, err)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+}
+
+// sendAll sends t's chunk messages on its connection.
+func (c *Context) sendAll(t *BulkTransfer, out []*msg.Message) {
+	for i, m := range out {
+		if err := t.conn.Send(m); err != nil {
+			t.fail(&Error{Code: CodeUnreachable, Msg: "sending bulk chunk", Err: err})
+			for _, m := range out[i:] {
+				m.Done()
+			}
+			return
+		}
+	}
+}
+
+func bulkMsg(h *wire.BulkHeader, data [][]byte, prio msg.Priority) *msg.Message {
+	m := msg.New(wire.TypeBulk)
+	m.Header.Priority = prio
+	m.Header.Tid = h.Xfer
+	front := h.Append(make([]byte, 0, wire.BulkHeaderLen))
+	switch len(data) {
+	case 0:
+		m.SetSegments(front, nil, nil)
+	case 1:
+		m.SetSegments(front, nil, data[0])
+	default:
+		m.SetSegments(front, nil, nil)
+		m.Data = data
+	}
+	return m
+}
+
+// issueLocked queues as many of t's chunks as its window, its
+// connection's and the context's allow; t is parked if a shared window is
+// what stops it.
+func (c *Context) issueLocked(t *BulkTransfer, out []*msg.Message) []*msg.Message {
+	o := &c.in.opts.Bulk
+	for t.state == xActive && t.next < t.d.Len {
+		n := min(t.chunk, t.d.Len-t.next)
+		if t.inflight > 0 && t.inflight+n > int64(o.Window) {
+			break // its own window: a landing chunk issues more
+		}
+		if (c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) || (c.perConn[t.conn] > 0 && c.perConn[t.conn]+n > int64(o.ConnLimit)) {
+			if !t.parked {
+				t.parked = true
+				c.parked = append(c.parked, t)
+			}
+			break
+		}
+		out = append(out, c.chunkMsg(t, t.next, n))
+		t.next += n
+		t.inflight += n
+		c.inflight += n
+		c.perConn[t.conn] += n
+	}
+	return out
+}
+
+// issueOne queues at most one chunk of t (round robin among parked
+// transfers) and reports whether it did.
+func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
+	o := &c.in.opts.Bulk
+	if t.state != xActive || t.next >= t.d.Len {
+		return false
+	}
+	n := min(t.chunk, t.d.Len-t.next)
+	if (t.inflight > 0 && t.inflight+n > int64(o.Window)) ||
+		(c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) ||
+		(c.perConn[t.conn] > 0 && c.perConn[t.conn]+n > int64(o.ConnLimit)) {
+		return false
+	}
+	*out = append(*out, c.chunkMsg(t, t.next, n))
+	t.next += n
+	t.inflight += n
+	c.inflight += n
+	c.perConn[t.conn] += n
+	return true
+}
+
+// pumpLocked gives the shared windows to parked transfers, a chunk each
+// in turn, and returns the messages to send per transfer.
+func (c *Context) pumpLocked(sends map[*BulkTransfer][]*msg.Message) {
+	for progress := true; progress && len(c.parked) > 0; {
+		progress = false
+		for _, t := range c.parked {
+			out := sends[t]
+			if c.issueOne(t, &out) {
+				sends[t] = out
+				progress = true
+			}
+		}
+	}
+	keep := c.parked[:0]
+	for _, t := range c.parked {
+		if t.state == xActive && t.next < t.d.Len && len(sends[t]) == 0 {
+			keep = append(keep, t)
+		} else {
+			t.parked = false
+		}
+	}
+	clear(c.parked[len(keep):])
+	c.parked = keep
+}
+
+func (c *Context) chunkMsg(t *BulkTransfer, pos, n int64) *msg.Message {
+	d := &t.d
+	h := wire.BulkHeader{
+		SrcTag: c.tag, DstTag: d.Remote.Tag, Xfer: t.id, Key: d.Remote.Key,
+		Off: uint64(d.RemoteOff + pos), Pos: uint64(pos), Len: uint64(n),
+	}
+	if d.Op == BulkGet {
+		h.Op = wire.BulkGetReq
+		return bulkMsg(&h, nil, msg.PrioDefault)
+	}
+	h.Op = wire.BulkPut
+	return bulkMsg(&h, d.Local.slice(nil, d.LocalOff+pos, n), msg.PrioLow)
+}
+
+// landed accounts n bytes of t that arrived (GET) or were acknowledged
+// (PUT) and issues more; it returns what to send and what finished.
+func (c *Context) landedLocked(t *BulkTransfer, n int64, sends map[*BulkTransfer][]*msg.Message) []*BulkTransfer {
+	c.releaseLocked(t, n)
+	t.acked += n
+	c.bytes += uint64(n)
+	var fin []*BulkTransfer
+	if t.acked >= t.d.Len {
+		fin = c.completeLocked(t, nil)
+	} else if out := c.issueLocked(t, sends[t]); len(out) > 0 {
+		sends[t] = out
+	}
+	c.pumpLocked(sends)
+	return fin
+}
+
+// releaseLocked returns n bytes of t's window to the shared windows.
+func (c *Context) releaseLocked(t *BulkTransfer, n int64) {
+	n = min(n, t.inflight)
+	t.inflight -= n
+	c.inflight -= n
+	if v := c.perConn[t.conn] - n; v > 0 {
+		c.perConn[t.conn] = v
+	} else {
+		delete(c.perConn, t.conn)
+	}
+}
+
+func (c *Context) failLocked(t *BulkTransfer, err error) []*BulkTransfer {
+	c.nFailed++
+	return c.completeLocked(t, err)
+}
+
+// completeLocked ends t: it leaves the table and gives its window back at
+// once; it finishes (callback, Done) when no chunk is being read into its
+// local buffer any more.
+func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
+	if t.state != xActive {
+		return nil
+	}
+	t.err = err
+	if err == nil {
+		c.nDone++
+	}
+	delete(c.xfers, t.id)
+	c.releaseLocked(t, t.inflight)
+	t.state = xFinishing
+	if t.placing > 0 {
+		c.finishing[t.id] = t // the reader finishing the chunk finishes it
+		return nil
+	}
+	t.state = xFinished
+	return []*BulkTransfer{t}
+}
+
+// finishXfers delivers the completions of finished transfers.
+func (c *Context) finishXfers(fin []*BulkTransfer) {
+	for _, t := range fin {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+		if t.err != nil {
+			if e, ok := t.err.(*Error); ok && e.Opcode == 0 && e.Endpoint == (Endpoint{}) && t.d.Peer != nil {
+				e.Endpoint = *t.d.Peer
+			}
+		}
+		close(t.done)
+		if t.onDone != nil {
+			t.onDone(t.err)
+		}
+		if t.cb != nil && !c.pushWork(work{bt: t}) {
+			c.runBulkCallback(t)
+		}
+	}
+}
+
+func (c *Context) runBulkCallback(t *BulkTransfer) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.in.log.Error("bulk completion callback panicked", "tag", c.tag, "panic", p)
+		}
+	}()
+	t.cb(BulkCompletion{Transfer: t, Desc: t.d, Err: t.err})
+}
+
+// bulkConnFailed fails the transfers that run on conn.
+func (c *Context) bulkConnFailed(conn *msgr.Conn) {
+	c.bmu.Lock()
+	var fin []*BulkTransfer
+	for _, t := range c.xfers {
+		if t.conn == conn {
+			fin = append(fin, c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})...)
+		}
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+}
+
+// closeBulk fails every transfer with ErrShutdown and refuses new ones.
+func (c *Context) closeBulk() {
+	c.bmu.Lock()
+	c.bclosed = true
+	var fin []*BulkTransfer
+	for _, t := range c.xfers {
+		fin = append(fin, c.failLocked(t, &Error{Code: CodeShutdown})...)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+}
+
+// BulkStats are a context's transfer counters.
+type BulkStats struct {
+	Active    int    // transfers in progress
+	Completed uint64 // transfers that succeeded
+	Failed    uint64 // transfers that failed or were aborted
+	Bytes     uint64 // bytes moved
+	InFlight  int64  // bytes requested or sent and not yet landed
+	Parked    int    // transfers waiting for a shared window
+}
+
+// BulkStats returns the context's transfer counters.
+func (c *Context) BulkStats() BulkStats {
+	c.bmu.Lock()
+	defer c.bmu.Unlock()
+	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked)}
+}
+
+// ---- receiving side: the dispatcher's part ----
+
+// bulkDst returns where a BulkData or BulkPut message's data goes, or
+// nil with the code to refuse it with. For BulkData the transfer is
+// looked up in the context that asked; for BulkPut, the handle.
+func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]byte) ([][]byte, *BulkTransfer, Code) {
+	switch h.Op {
+	case wire.BulkData:
+		c := in.Context(h.DstTag)
+		if c == nil {
+			return nil, nil, CodeBadTarget
+		}
+		c.bmu.Lock()
+		defer c.bmu.Unlock()
+		t := c.xfers[h.Xfer]
+		if t == nil || t.conn != conn || t.d.Op != BulkGet || uint64(n) != h.Len ||
+			h.Pos > uint64(t.d.Len) || h.Len > uint64(t.d.Len)-h.Pos {
+			return nil, nil, CodeNotFound
+		}
+		return t.d.Local.slice(dst, t.d.LocalOff+int64(h.Pos), int64(h.Len)), t, CodeOK
+	case wire.BulkPut:
+		b := in.bulks.get(h.Key)
+		switch {
+		case b == nil || b.freed.Load():
+			return nil, nil, CodeNotFound
+		case b.perm&BulkWO == 0:
+			return nil, nil, CodeNoPerm
+		case uint64(n) != h.Len || !b.inRange(h.Off, h.Len):
+			return nil, nil, CodeInvalid
+		}
+		return b.slice(dst, int64(h.Off), int64(h.Len)), nil, CodeOK
+	}
+	return nil, nil, CodeInvalid
+}
+
+// PlaceData lands the data of bulk chunks straight in the registered
+// buffer they are for (msgr.DataPlacer).
+func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n int) [][]byte {
+	if mh.Type != wire.TypeBulk {
+		return nil
+	}
+	h, err := wire.DecodeBulk(front)
+	if err != nil || (h.Op != wire.BulkData && h.Op != wire.BulkPut) {
+		return nil
+	}
+	in := d.in
+	if h.Op == wire.BulkData {
+		c := in.Context(h.DstTag)
+		if c == nil {
+			return nil
+		}
+		bufs, t, code := in.bulkDst(conn, &h, n, nil)
+		if code != CodeOK {
+			return nil
+		}
+		c.bmu.Lock()
+		if t.state != xActive {
+			c.bmu.Unlock()
+			return nil
+		}
+		t.placing++
+		c.bmu.Unlock()
+		return bufs
+	}
+	bufs, _, code := in.bulkDst(conn, &h, n, nil)
+	if code != CodeOK {
+		return nil
+	}
+	return bufs
+}
+
+// UnplaceData: a placed chunk will not arrive.
+func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
+	if mh.Type != wire.TypeBulk {
+		return
+	}
+	d.in.unplace(conn, mh.Tid)
+}
+
+// unplace ends the placement of a chunk of transfer xfer on conn, in
+// whichever context it is.
+func (in *Instance) unplace(conn *msgr.Conn, xfer uint64) {
+	for _, c := range in.contexts() {
+		c.bmu.Lock()
+		var fin []*BulkTransfer
+		for _, t := range c.placingOn(conn, xfer) {
+			t.placing--
+			if t.placing == 0 && t.state == xFinishing {
+				t.state = xFinished
+				delete(c.finishing, t.id)
+				fin = append(fin, t)
+			} else if t.state == xActive {
+				fin = append(fin, c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "bulk chunk lost with its connection"})...)
+			}
+		}
+		c.bmu.Unlock()
+		c.finishXfers(fin)
+	}
+}
+
+// placingOn finds the transfers (at most one) with a chunk being placed
+// for xfer on conn, including finishing ones that left the table.
+func (c *Context) placingOn(conn *msgr.Conn, xfer uint64) []*BulkTransfer {
+	if t := c.xfers[xfer]; t != nil && t.conn == conn && t.placing > 0 {
+		return []*BulkTransfer{t}
+	}
+	if t := c.finishing[xfer]; t != nil && t.conn == conn && t.placing > 0 {
+		return []*BulkTransfer{t}
+	}
+	return nil
+}
+
+// handleBulk handles a bulk message on the connection's reader goroutine.
+func (in *Instance) handleBulk(m *msg.Message) {
+	defer m.Done()
+	var front []byte
+	if len(m.Front) == 1 {
+		front = m.Front[0]
+	} else {
+		front = m.Front.Bytes()
+	}
+	h, err := wire.DecodeBulk(front)
+	conn, _ := m.Conn.(*msgr.Conn)
+	if err != nil || conn == nil {
+		in.malformed.Add(1)
+		return
+	}
+	switch h.Op {
+	case wire.BulkGetReq:
+		in.serveGet(conn, &h)
+	case wire.BulkPut:
+		in.servePut(conn, &h, m.Data)
+	case wire.BulkData:
+		in.dataArrived(conn, &h, m.Data)
+	case wire.BulkAck:
+		in.ackArrived(conn, &h)
+	case wire.BulkRTS:
+		in.serveRTS(conn, &h)
+	case wire.BulkRelease:
+		if b := in.bulks.get(h.Key); b != nil && b.conn == conn {
+			b.Free()
+		}
+	case wire.BulkCancel:
+		if v, ok := in.rts.Load(rtsKey{conn, h.Xfer}); ok {
+			v.(*BulkTransfer).fail(&Error{Code: CodeCanceled, Msg: "the initiator aborted the PUT"})
+		}
+	}
+}
+
+// reply sends a bulk answer to the context that asked.
+func (in *Instance) bulkReply(conn *msgr.Conn, req *wire.BulkHeader, op uint8, rc Code, data [][]byte, prio msg.Priority) {
+	h := wire.BulkHeader{Op: op, SrcTag: req.DstTag, DstTag: req.SrcTag, RC: int32(rc), Xfer: req.Xfer,
+		Key: req.Key, Off: req.Off, Pos: req.Pos, Len: req.Len}
+	if rc != CodeOK {
+		data = nil
+	}
+	m := bulkMsg(&h, data, prio)
+	if err := conn.Send(m); err != nil {
+		m.Done()
+	}
+}
+
+func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
+	b := in.bulks.get(h.Key)
+	var code Code
+	switch {
+	case b == nil || b.freed.Load():
+		code = CodeNotFound
+	case b.perm&BulkRO == 0:
+		code = CodeNoPerm
+	case !b.inRange(h.Off, h.Len):
+		code = CodeInvalid
+	}
+	var data [][]byte
+	if code == CodeOK {
+		data = b.slice(nil, int64(h.Off), int64(h.Len))
+	}
+	in.bulkReply(conn, h, wire.BulkData, code, data, msg.PrioLow)
+}
+
+func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
+	var one [1][]byte
+	dst, _, code := in.bulkDst(conn, h, data.Len(), one[:0])
+	if code == CodeOK && !samePlace(dst, data) {
+		b := in.bulks.get(h.Key)
+		b.copyIn(int64(h.Off), data)
+	}
+	in.bulkReply(conn, h, wire.BulkAck, code, nil, msg.PrioDefault)
+}
+
+// samePlace reports whether data was read straight into dst (placed).
+func samePlace(dst [][]byte, data msg.Buffers) bool {
+	return len(dst) > 0 && len(data) > 0 && len(dst[0]) > 0 && len(data[0]) > 0 && &dst[0][0] == &data[0][0]
+}
+
+func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
+	c := in.Context(h.DstTag)
+	if c == nil {
+		return
+	}
+	sends := map[*BulkTransfer][]*msg.Message{}
+	var fin []*BulkTransfer
+	c.bmu.Lock()
+	t := c.xfers[h.Xfer]
+	if t == nil {
+		t = c.finishing[h.Xfer]
+	}
+	placed := false
+	if t != nil && t.conn == conn && t.placing > 0 && len(data) > 0 && h.Pos < uint64(t.d.Len) {
+		var one [1][]byte
+		dst := t.d.Local.slice(one[:0], t.d.LocalOff+int64(h.Pos), 1)
+		placed = samePlace(dst, data)
+		if placed {
+			t.placing--
+			if t.placing == 0 && t.state == xFinishing {
+				t.state = xFinished
+				delete(c.finishing, t.id)
+				fin = append(fin, t)
+			}
+		}
+	}
+	switch {
+	case t == nil || t.state != xActive || t.conn != conn || t.d.Op != BulkGet:
+		// Late (the transfer ended) or not ours: nothing to do.
+	case h.RC != 0:
+		fin = append(fin, c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk GET refused"})...)
+	case h.Pos > uint64(t.d.Len) || h.Len > uint64(t.d.Len)-h.Pos || uint64(data.Len()) != h.Len:
+		fin = append(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data outside the transfer"})...)
+	default:
+		if !placed {
+			t.d.Local.copyIn(t.d.LocalOff+int64(h.Pos), data)
+		}
+		fin = append(fin, c.landedLocked(t, int64(h.Len), sends)...)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	for t, out := range sends {
+		c.sendAll(t, out)
+	}
+}
+
+func (in *Instance) ackArrived(conn *msgr.Conn, h *wire.BulkHeader) {
+	c := in.Context(h.DstTag)
+	if c == nil {
+		return
+	}
+	sends := map[*BulkTransfer][]*msg.Message{}
+	var fin []*BulkTransfer
+	c.bmu.Lock()
+	t := c.xfers[h.Xfer]
+	switch {
+	case t == nil || t.conn != conn || t.d.Op != BulkPut:
+	case h.RC != 0:
+		fin = c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk PUT refused"})
+	case h.Flags&wire.BulkFlagFinal != 0:
+		fin = c.landedLocked(t, t.d.Len-t.acked, sends)
+	default:
+		fin = c.landedLocked(t, int64(min(h.Len, uint64(t.inflight))), sends)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	for t, out := range sends {
+		c.sendAll(t, out)
+	}
+}
+
+// serveRTS pulls a rendezvous PUT into the handle it names and
+// acknowledges it when done.
+func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
+	req := *h
+	ack := func(code Code) {
+		r := req
+		r.Pos, r.Len = 0, req.Len
+		hh := wire.BulkHeader{Op: wire.BulkAck, Flags: wire.BulkFlagFinal, SrcTag: r.DstTag, DstTag: r.SrcTag,
+			RC: int32(code), Xfer: r.Xfer, Key: r.Key, Off: r.Off, Len: r.Len}
+		m := bulkMsg(&hh, nil, msg.PrioDefault)
+		if err := conn.Send(m); err != nil {
+			m.Done()
+		}
+	}
+	b := in.bulks.get(h.Key)
+	switch {
+	case b == nil || b.freed.Load():
+		ack(CodeNotFound)
+		return
+	case b.perm&BulkWO == 0:
+		ack(CodeNoPerm)
+		return
+	case !b.inRange(h.Off, h.Len):
+		ack(CodeInvalid)
+		return
+	}
+	c := in.Context(h.DstTag)
+	if c == nil {
+		ack(CodeBadTarget)
+		return
+	}
+	d := BulkDesc{
+		Op: BulkGet, Remote: BulkHandle{Key: h.Key2, Len: -1, Perm: BulkRO, Tag: h.SrcTag},
+		RemoteOff: int64(h.Off2), Local: b, LocalOff: int64(h.Off), Len: int64(h.Len),
+	}
+	// Chunks of the pull are issued by the protocol rules of a GET.
+	key := rtsKey{conn, h.Xfer}
+	t, err := c.startOn(conn, d, nil, func(err error) {
+		in.rts.Delete(key)
+		ack(CodeOf(err))
+	})
+	if err != nil {
+		ack(CodeOf(err))
+		return
+	}
+	in.rts.Store(key, t)
+	if t.Err() != nil || isDone(t) {
+		in.rts.Delete(key)
+	}
+}
+
+// rtsKey names a rendezvous PUT being pulled for a peer.
+type rtsKey struct {
+	conn *msgr.Conn
+	xfer uint64
+}
+
+func isDone(t *BulkTransfer) bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
