@@ -51,3 +51,36 @@ type RemoteResetHandler interface{ HandleRemoteReset(c *Conn) }
 // RefusedHandler hears that a connection attempt was refused
 // (ms_handle_refused).
 type RefusedHandler interface{ HandleRefused(c *Conn) }
+
+// DataPlacer is an optional Dispatcher interface that chooses where the data
+// segment of a received message lands, so that a bulk payload is read from
+// the socket straight into a buffer its user registered, with no copy in
+// between (Ceph's Connection::post_rx_buffer, generalised). The messenger
+// offers each large enough message to the DataPlacers among its dispatchers,
+// in chain order, until one places it.
+//
+// Both methods run on the connection's reader goroutine and must not block:
+// while they run, the connection reads nothing.
+type DataPlacer interface {
+	// PlaceData runs on the connection's reader goroutine after the message's
+	// header, front and middle segments are read and before its data segment
+	// is, for messages whose data segment is at least PlaceMin bytes and that
+	// are not duplicates. It returns buffers whose lengths sum to exactly
+	// dataLen to read the data into (they become m.Data of the delivered
+	// message, which is then dispatched as usual), or nil to let the
+	// messenger allocate. front is valid only during the call, and so is h
+	// (copy what you keep). front's CRC is not checked yet: it is verified,
+	// with the data's, once the whole frame is read, and a mismatch ends in
+	// UnplaceData. Buffers of the wrong total length are a programming
+	// error: the messenger logs it, calls UnplaceData and allocates.
+	PlaceData(c *Conn, h *msg.Header, front []byte, dataLen int) [][]byte
+	// UnplaceData reports that buffers PlaceData returned for the message
+	// with this header will not be delivered (the socket failed or the frame
+	// was corrupt, or the connection closed before the message could be
+	// queued); the messenger no longer touches them after the call. h is
+	// valid only during the call.
+	UnplaceData(c *Conn, h *msg.Header)
+}
+
+// PlaceMin is the smallest data segment offered to a DataPlacer.
+const PlaceMin = 4096

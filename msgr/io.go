@@ -2,6 +2,7 @@ package msgr
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -19,6 +20,11 @@ import (
 // does): a peer cannot make the messenger hold more memory than the
 // throttles allow, and waiting for budget stops this socket's reads,
 // which is the back-pressure a slow consumer exerts on its senders.
+//
+// When a dispatcher is a DataPlacer, a MESSAGE whose data segment is at
+// least PlaceMin bytes is read in parts (readPlaced) so that its data
+// can land in the placer's buffers; every other frame takes the one-buffer
+// path, which costs nothing more than before.
 func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	m := c.m
 	e := r.e
@@ -26,6 +32,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	lossy := pol.Lossy
 	inj := m.cfg.Inject.SocketFailures
 	var scratch []byte
+	var ph *msg.Header // the header offered to DataPlacers; allocated on first use
 	ackDue := false
 	for {
 		if inj > 0 && injectHit(inj) {
@@ -36,29 +43,54 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		var held int64 // throttle budget taken for this frame
 		var recvStamp time.Time
 		var release func(*msg.Message)
+		var evs []msgr2.Event
+		var placer DataPlacer // took this frame's data segment
+		read := false         // the frame was read and fed by readPlaced
 		if retain {
 			recvStamp = time.Now()
 			if err := c.takeBudget(&pol, int64(n)); err != nil {
 				return err
 			}
 			held = int64(n)
-			buf, release = getBody(n)
+			if n >= PlaceMin {
+				if ps := m.placers.Load(); ps != nil {
+					if sp, ok := e.Split(); ok && sp.Data >= PlaceMin {
+						if ph == nil {
+							ph = new(msg.Header)
+						}
+						var err error
+						evs, placer, release, read, err = c.readPlaced(br, e, n, sp, *ps, ph)
+						if err != nil {
+							c.putBudget(&pol, held)
+							return err
+						}
+					}
+				}
+			}
+			if !read {
+				buf, release = getBody(n)
+			}
 		} else {
 			if cap(scratch) < n {
 				scratch = make([]byte, n)
 			}
 			buf = scratch[:n]
 		}
-		if _, err := io.ReadFull(br, buf); err != nil {
-			c.putBudget(&pol, held)
-			return err
+		if !read {
+			if _, err := io.ReadFull(br, buf); err != nil {
+				c.putBudget(&pol, held)
+				return err
+			}
 		}
 		now := time.Now()
 		c.lastRecv.Store(now.UnixNano())
-		evs, err := e.Feed(buf)
-		if err != nil {
-			c.putBudget(&pol, held)
-			return err
+		if !read {
+			var err error
+			evs, err = e.Feed(buf)
+			if err != nil {
+				c.putBudget(&pol, held)
+				return err
+			}
 		}
 		for i := range evs {
 			ev := &evs[i]
@@ -69,6 +101,12 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 					if release != nil {
 						release(&msg.Message{})
 						release = nil
+					}
+					if placer != nil {
+						// Not reached: PeekMessage reports duplicates
+						// before anything is placed.
+						placer.UnplaceData(c, ph)
+						placer = nil
 					}
 					continue
 				}
@@ -88,8 +126,12 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				// message the dispatchers could still lose with the socket.
 				c.inSeq.Store(ev.Seq)
 				if err != nil {
+					if placer != nil {
+						placer.UnplaceData(c, ph)
+					}
 					return err
 				}
+				placer = nil
 				ackDue = !lossy
 			case msgr2.EvAck:
 				if !lossy {
@@ -118,6 +160,102 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			c.tryInline()
 		}
 	}
+}
+
+// readPlaced reads the body of a MESSAGE frame of n bytes that splits as
+// sp, offering its data segment to placers (Messenger.placers) once the
+// head (header, front, middle) is known. It reports read=false, having
+// consumed nothing, when the head fits the read buffer and no placer took
+// the data (or the message is a duplicate): the caller then reads the body
+// as usual. Otherwise it has read the whole frame and fed it to e, and
+// returns the events, the placer that took the data (nil if none) and the
+// release function of the body buffer it allocated (nil if none).
+//
+// The head is peeked from br without copying and read into a buffer of
+// its own (with room for the tail) only once a placer has taken the data;
+// the data is read straight into the placed buffers (bufio.Reader hands
+// large reads to the socket once its buffer is drained). A head larger
+// than br's buffer is read into the prefix of a body buffer for the whole
+// frame, whose remainder then takes the data if no placer does.
+//
+// On any error after placing it calls the placer's UnplaceData. *ph is the
+// header offered to the placers.
+func (c *Conn) readPlaced(br *bufio.Reader, e *msgr2.Engine, n int, sp msgr2.BodySplit, placers []DataPlacer, ph *msg.Header) (evs []msgr2.Event, placer DataPlacer, release func(*msg.Message), read bool, err error) {
+	var head, body []byte
+	head, err = br.Peek(sp.Head)
+	if errors.Is(err, bufio.ErrBufferFull) {
+		body, release = getBody(n)
+		head = body[:sp.Head]
+		if _, err = io.ReadFull(br, head); err != nil {
+			return nil, nil, nil, true, err
+		}
+	} else if err != nil {
+		return nil, nil, nil, true, err
+	}
+	pk, err := e.PeekMessage(head)
+	if err != nil {
+		return nil, nil, nil, true, err
+	}
+	var placed [][]byte
+	if !pk.Dup {
+		*ph = pk.Header
+		placed, placer = c.placeData(placers, ph, pk.Front, sp.Data)
+	}
+	if placed == nil {
+		if body == nil {
+			return nil, nil, nil, false, nil
+		}
+		if _, err = io.ReadFull(br, body[sp.Head:]); err != nil {
+			return nil, nil, nil, true, err
+		}
+		evs, err = e.Feed(body)
+		return evs, nil, release, true, err
+	}
+	var tail []byte
+	if body != nil {
+		tail = body[sp.Head : sp.Head+sp.Tail]
+	} else {
+		// head aliases br's buffer: move it out before reading on.
+		body, release = getBody(sp.Head + sp.Tail)
+		head, tail = body[:sp.Head], body[sp.Head:]
+		_, err = io.ReadFull(br, head)
+	}
+	for _, p := range placed {
+		if err != nil {
+			break
+		}
+		_, err = io.ReadFull(br, p)
+	}
+	if err == nil {
+		_, err = io.ReadFull(br, tail)
+	}
+	if err == nil {
+		evs, err = e.FeedSplit(head, placed, tail)
+	}
+	if err != nil {
+		placer.UnplaceData(c, ph)
+		return nil, nil, nil, true, err
+	}
+	return evs, placer, release, true, nil
+}
+
+// placeData offers the data of the message with header h to placers in
+// order and returns the buffers of the first that takes it, or nil.
+func (c *Conn) placeData(placers []DataPlacer, h *msg.Header, front []byte, dataLen int) ([][]byte, DataPlacer) {
+	for _, p := range placers {
+		bufs := p.PlaceData(c, h, front, dataLen)
+		if bufs == nil {
+			continue
+		}
+		if got := msg.Buffers(bufs).Len(); got != dataLen {
+			c.m.log.Error("DataPlacer returned buffers of the wrong length; the messenger allocates instead",
+				"conn", c.id, "type", h.Type, "tid", h.Tid, "placed", got, "data", dataLen)
+			p.UnplaceData(c, h)
+			return nil, nil
+		}
+		return bufs, p
+	}
+	return nil, nil
 }
 
 // takeBudget takes one message and size bytes from the policy throttles

@@ -57,6 +57,7 @@ type Messenger struct {
 	stoppedCh     chan struct{}
 
 	dispatchers atomic.Pointer[[]Dispatcher]
+	placers     atomic.Pointer[[]DataPlacer] // the dispatchers that are DataPlacers, in order; nil if none
 
 	nextConnID atomic.Uint64
 	globalSeq  atomic.Uint64
@@ -152,6 +153,15 @@ func (m *Messenger) addDispatcher(d Dispatcher, head bool) {
 		n = append(n, d)
 	}
 	m.dispatchers.Store(&n)
+	var ps []DataPlacer
+	for _, d := range n {
+		if p, ok := d.(DataPlacer); ok {
+			ps = append(ps, p)
+		}
+	}
+	if ps != nil {
+		m.placers.Store(&ps)
+	}
 }
 
 // Bind listens on addr ("v2:127.0.0.1:3300/0", "tcp://127.0.0.1:0",

@@ -860,6 +860,21 @@ func (e *Engine) handleReady(tag Tag, segs [MaxSegments][]byte) error {
 }
 
 func (e *Engine) handleMessage(segs [MaxSegments][]byte) error {
+	return e.handleMessageData(segs, nil)
+}
+
+// msgHeader is the msg.Header of a received message with header2 h.
+func (e *Engine) msgHeader(h *Header2) msg.Header {
+	return msg.Header{
+		Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: msg.Priority(h.Priority),
+		Version: h.Version, CompatVersion: h.CompatVersion, DataOff: h.DataOff,
+		Src: e.peer.Name, AckSeq: h.AckSeq,
+	}
+}
+
+// handleMessageData handles a MESSAGE whose segments are segs, except
+// that a non-nil data (FeedSplit) is its data segment instead of segs[3].
+func (e *Engine) handleMessageData(segs [MaxSegments][]byte, data [][]byte) error {
 	if len(segs[0]) != Header2Len {
 		return errorf(ErrMalformed, TagMessage, "header segment of %d bytes", len(segs[0]))
 	}
@@ -877,14 +892,15 @@ func (e *Engine) handleMessage(segs [MaxSegments][]byte) error {
 	skipped := h.Seq - e.inSeq - 1
 	e.inSeq = h.Seq
 	m := &msg.Message{
-		Header: msg.Header{
-			Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: msg.Priority(h.Priority),
-			Version: h.Version, CompatVersion: h.CompatVersion, DataOff: h.DataOff,
-			Src: e.peer.Name, AckSeq: h.AckSeq,
-		},
+		Header: e.msgHeader(&h),
 		Footer: msg.Footer{Flags: h.Flags},
 	}
-	m.SetSegments(segs[1], segs[2], segs[3])
+	if data == nil {
+		m.SetSegments(segs[1], segs[2], segs[3])
+	} else {
+		m.SetSegments(segs[1], segs[2], nil)
+		m.Data = data
+	}
 	e.events = append(e.events, Event{Kind: EvMessage, Msg: m, Seq: h.Seq, Skipped: skipped})
 	return nil
 }
