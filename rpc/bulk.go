@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
 // BulkPerm says what peers may do with a registered buffer (crt_bulk_perm_t).
@@ -310,3 +311,27 @@ func (h *BulkHandle) UnmarshalBinary(p []byte) error {
 
 // Bound reports whether the handle names its origin.
 func (h BulkHandle) Bound() bool { return h.URI != "" }
+
+// overflowBulk registers an RPC's data segment as a read-only handle for
+// its receiver to pull. With conn set, the handle is freed if conn fails.
+func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn) *Bulk {
+	b := newBulk(in, data, BulkRO)
+	b.conn = conn
+	in.bulks.add(b)
+	return b
+}
+
+// insertOverflow inserts an overflow descriptor between the RPC header at
+// the start of front and the body after it.
+func insertOverflow(front []byte, key, n uint64) []byte {
+	var d [wire.OverflowLen]byte
+	wire.PutOverflow(d[:], key, n)
+	front = append(front, d[:]...)
+	copy(front[wire.HeaderLen+wire.OverflowLen:], front[wire.HeaderLen:len(front)-wire.OverflowLen])
+	copy(front[wire.HeaderLen:], d[:])
+	return front
+}
+
+// BulkHandles returns how many buffers are registered, including the
+// handles of overflowing inputs and outputs in flight.
+func (in *Instance) BulkHandles() int { return in.bulks.count() }

@@ -68,7 +68,8 @@ type Context struct {
 	nTransmitted atomic.Uint64
 	nLookups     atomic.Uint64
 
-	bulkState // bulk transfers started here
+	bulkState     // bulk transfers started here
+	overflowState // inputs pulled here
 }
 
 // work is one item for progress: a completed request to call back, or an
@@ -184,6 +185,10 @@ func (c *Context) perform(out *track.Ready[*request]) {
 
 // complete hands a completed request to its consumer.
 func (c *Context) complete(r *request) {
+	if r.ovf != nil {
+		r.ovf.Free()
+		r.ovf = nil
+	}
 	switch r.mode {
 	case modeCall:
 		r.done <- struct{}{}
@@ -769,6 +774,7 @@ func (c *Context) Close() error {
 	c.mu.Unlock()
 	c.perform(out)
 	c.closeBulk()
+	c.failOverflowWaiters()
 	c.in.removeContext(c)
 	close(c.done)
 	c.wg.Wait()

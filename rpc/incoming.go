@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -38,6 +39,10 @@ type Incoming struct {
 	state atomic.Uint64
 
 	scratch [][]byte // data buffers of the reply being built
+
+	ovfBytes int64 // overflow budget held for a pulled input
+	ovfKey   uint64
+	ovfLen   int64
 }
 
 var incomingPool = sync.Pool{New: func() any { return new(Incoming) }}
@@ -57,6 +62,10 @@ func (r *Incoming) init(in *Instance, c *Context, def *rpcDef, m *msg.Message, h
 // release recycles r. Its state keeps the generation, marked answered.
 // A request whose data segment nobody took gives its buffers back.
 func (r *Incoming) release() {
+	if r.ovfBytes > 0 {
+		r.c.overflowDone(r.ovfBytes)
+		r.ovfBytes = 0
+	}
 	if !r.taken && r.rel != nil && r.m != nil {
 		r.m.Release = r.rel
 		r.m.Done()
@@ -225,6 +234,16 @@ func (r *Incoming) reply(out Input) error {
 	}
 	if len(data) > 0 {
 		h.Flags |= wire.FlagHasData
+		if n := msg.Buffers(data).Len(); n > r.in.opts.Bulk.EagerLimit {
+			if conn, ok := r.conn.(*msgr.Conn); ok {
+				// The origin pulls the output and then releases the
+				// handle (or its connection fails).
+				b := r.in.overflowBulk(data, conn)
+				h.Flags |= wire.FlagBulkOut
+				front = insertOverflow(front, b.key, uint64(n))
+				data = data[:0]
+			}
+		}
 		h.Put(front)
 	}
 	r.send(front, bp, data)

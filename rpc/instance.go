@@ -305,7 +305,9 @@ func (in *Instance) dispatch(m *msg.Message) {
 		return
 	}
 	if m.Header.Type == wire.TypeReply {
-		if c := in.Context(h.DstTag); c != nil {
+		if c := in.Context(h.DstTag); c != nil && h.Flags&wire.FlagBulkOut != 0 {
+			c.pullReply(m, &h, body)
+		} else if c != nil {
 			c.handleReply(m, &h, body)
 		} else {
 			m.Done()
@@ -334,6 +336,16 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 		r.failCode(code, text)
 		return
 	}
+	if h.Flags&wire.FlagBulkIn != 0 {
+		c.pullInput(r) // delivers r once its input has arrived
+		return
+	}
+	c.deliverIncoming(r)
+}
+
+// deliverIncoming runs r's handler inline or queues it for progress.
+func (c *Context) deliverIncoming(r *Incoming) {
+	def := r.def
 	c.nReceived.Add(1)
 	if def.flags&Inline != 0 {
 		c.serve(r)

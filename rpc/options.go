@@ -115,8 +115,9 @@ type BulkOptions struct {
 	ConnLimit    int
 	ContextLimit int
 	// OverflowLimit bounds the bytes a context holds for overflowing
-	// inputs it has pulled and not yet handed to their handlers; a
-	// request beyond it waits. Default DefaultOverflowLimit.
+	// inputs it has pulled, until their requests are answered; a request
+	// beyond it waits, unpulled (one request is always admitted, however
+	// large). Default DefaultOverflowLimit.
 	OverflowLimit int
 }
 
@@ -147,7 +148,6 @@ func (o BulkOptions) withDefaults() BulkOptions {
 	o.Window = max(o.Window, o.ChunkSize)
 	o.ConnLimit = max(o.ConnLimit, o.Window)
 	o.ContextLimit = max(o.ContextLimit, o.ConnLimit)
-	o.OverflowLimit = max(o.OverflowLimit, MaxPayload)
 	return o
 }
 

@@ -109,6 +109,8 @@ type request struct {
 	reply     *msg.Message
 	rc        int32
 	replyBody []byte
+
+	ovf *Bulk // the input's overflow handle, freed at completion
 }
 
 var requestPool sync.Pool
@@ -134,6 +136,10 @@ func getRequest(c *Context) *request {
 func (r *request) unref() {
 	if r.refs.Add(-1) != 0 {
 		return
+	}
+	if r.ovf != nil {
+		r.ovf.Free() // never completed (submission failed)
+		r.ovf = nil
 	}
 	// Every connection that was handed the message has released it
 	// (msgr calls Release once it has written a lossy message or the peer
@@ -187,6 +193,16 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 	}
 	if len(data) > 0 {
 		h.Flags |= wire.FlagHasData
+		if n := msg.Buffers(data).Len(); n > inst.opts.Bulk.EagerLimit && !r.oneWay {
+			// Mercury's overflow: the data goes as a read-only handle
+			// that the target pulls; it is freed when the request
+			// completes (the target pulls before it replies).
+			r.ovf = inst.overflowBulk(data, nil)
+			h.Flags |= wire.FlagBulkIn
+			front = insertOverflow(front, r.ovf.key, uint64(n))
+			r.buf = front
+			data = data[:0]
+		}
 		h.Put(front)
 	}
 	m := r.m

@@ -1,0 +1,150 @@
+package rpc
+
+import (
+	"fmt"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/track"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Overflow (Mercury's HG_CORE_MORE_DATA): an RPC input or output larger
+// than the eager limit is not sent inline; its sender registers it as a
+// read-only handle, puts the handle's key and length after the RPC
+// header, and the receiver pulls it (a rendezvous GET) into a buffer of
+// its own before it runs the handler or completes the request. The
+// caller and the handler see the data segment as usual.
+
+// overflowState is a context's budget for pulled inputs.
+type overflowState struct {
+	ovfBytes int64       // bytes of pulled inputs held (guarded by bmu)
+	ovfWait  []*Incoming // requests waiting for budget, in arrival order
+}
+
+// pullInput admits r (whose input overflowed) within the context's
+// overflow budget and pulls its input, then delivers it.
+func (c *Context) pullInput(r *Incoming) {
+	key, n, rest, err := wire.DecodeOverflow(r.body)
+	if err != nil || n > MaxPayload {
+		r.failCode(CodeMalformed, "bad overflow descriptor")
+		return
+	}
+	r.body = rest
+	r.ovfKey, r.ovfLen = key, int64(n)
+	c.bmu.Lock()
+	if c.ovfBytes > 0 && c.ovfBytes+int64(n) > int64(c.in.opts.Bulk.OverflowLimit) {
+		// The receiver pulls when it has room: the request waits, small.
+		c.ovfWait = append(c.ovfWait, r)
+		c.bmu.Unlock()
+		return
+	}
+	c.ovfBytes += int64(n)
+	c.bmu.Unlock()
+	c.startPull(r)
+}
+
+func (c *Context) startPull(r *Incoming) {
+	r.ovfBytes = r.ovfLen
+	conn, _ := r.conn.(*msgr.Conn)
+	if conn == nil {
+		r.failCode(CodeUnreachable, "no connection to pull the input from")
+		return
+	}
+	buf := make([]byte, r.ovfLen)
+	d := BulkDesc{
+		Op: BulkGet, Remote: BulkHandle{Key: r.ovfKey, Len: r.ovfLen, Perm: BulkRO, Tag: r.hdr.SrcTag},
+		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: r.ovfLen,
+	}
+	if rem, ok := r.Remaining(); ok && rem > 0 {
+		d.Timeout = rem
+	}
+	_, err := c.startOn(conn, d, nil, func(err error) {
+		if err != nil {
+			r.failCode(CodeOf(err), fmt.Sprintf("pulling the %d-byte input: %v", r.ovfLen, err))
+			return
+		}
+		r.data = msg.Buffers{buf}
+		c.deliverIncoming(r)
+	})
+	if err != nil {
+		r.failCode(CodeOf(err), "pulling the input: "+err.Error())
+	}
+}
+
+// overflowDone returns n bytes of overflow budget and admits the requests
+// that now fit.
+func (c *Context) overflowDone(n int64) {
+	var admit []*Incoming
+	c.bmu.Lock()
+	c.ovfBytes -= n
+	for len(c.ovfWait) > 0 {
+		r := c.ovfWait[0]
+		if c.ovfBytes > 0 && c.ovfBytes+r.ovfLen > int64(c.in.opts.Bulk.OverflowLimit) {
+			break
+		}
+		c.ovfWait[0] = nil
+		c.ovfWait = c.ovfWait[1:]
+		c.ovfBytes += r.ovfLen
+		admit = append(admit, r)
+	}
+	c.bmu.Unlock()
+	for _, r := range admit {
+		c.startPull(r)
+	}
+}
+
+// failOverflowWaiters answers the requests still waiting for budget.
+func (c *Context) failOverflowWaiters() {
+	c.bmu.Lock()
+	w := c.ovfWait
+	c.ovfWait = nil
+	c.bmu.Unlock()
+	for _, r := range w {
+		r.failCode(CodeShutdown, "context closed")
+	}
+}
+
+// pullReply pulls an overflowing output, releases the target's handle
+// and then completes the request as handleReply does.
+func (c *Context) pullReply(m *msg.Message, h *wire.Header, body []byte) {
+	tid := m.Header.Tid
+	conn, _ := m.Conn.(*msgr.Conn)
+	key, n, rest, err := wire.DecodeOverflow(body)
+	release := func() {
+		if conn == nil {
+			return
+		}
+		rm := bulkMsg(&wire.BulkHeader{Op: wire.BulkRelease, SrcTag: c.tag, DstTag: h.SrcTag, Key: key}, nil, msg.PrioDefault)
+		if err := conn.Send(rm); err != nil {
+			rm.Done()
+		}
+	}
+	fail := func(code Code, text string, cause error) {
+		m.Done()
+		c.finishID(tid, track.Failed, &Error{Code: code, Opcode: Opcode(h.Opcode), Msg: text, Err: cause})
+	}
+	if err != nil || n > MaxPayload || conn == nil {
+		release()
+		fail(CodeMalformed, "bad output overflow descriptor", err)
+		return
+	}
+	buf := make([]byte, n)
+	hh := *h
+	d := BulkDesc{
+		Op: BulkGet, Remote: BulkHandle{Key: key, Len: int64(n), Perm: BulkRO, Tag: h.SrcTag},
+		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: int64(n),
+	}
+	if _, err := c.startOn(conn, d, nil, func(err error) {
+		release()
+		if err != nil {
+			fail(CodeOf(err), "pulling the output", err)
+			return
+		}
+		m.Data = msg.Buffers{buf}
+		c.handleReply(m, &hh, rest)
+	}); err != nil {
+		release()
+		fail(CodeOf(err), "pulling the output", err)
+	}
+}

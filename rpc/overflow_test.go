@@ -1,0 +1,124 @@
+package rpc_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/rpc"
+)
+
+var opOvfEcho = rpc.MakeOpcode(0x43, 1, 0)
+
+// echoProto echoes raw bytes.
+func echoProto() rpc.Protocol {
+	return rpc.Protocol{Name: "ovf", Base: 0x43, Version: 1, RPCs: []rpc.RPC{{Handler: func(r *rpc.Incoming) error {
+		var b rpc.Bytes
+		if err := r.Decode(&b); err != nil {
+			return err
+		}
+		return r.Reply(&b)
+	}}}}
+}
+
+// Inputs and outputs above the eager limit go as bulk handles that the
+// receiver pulls; the caller and the handler do not see the difference.
+func TestOverflowInputOutput(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{})
+	if err := p.srv.Register(echoProto()); err != nil {
+		t.Fatal(err)
+	}
+	eager := rpc.DefaultEagerLimit
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, eager - 1, eager, eager + 1, 1 << 20, 5<<20 + 1} {
+		in := make(rpc.Bytes, n)
+		for i := range in {
+			in[i] = byte(rng.Uint32())
+		}
+		sBefore, cBefore := p.sctx.BulkStats().Completed, p.cctx.BulkStats().Completed
+		var out rpc.Bytes
+		if err := p.cctx.Call(context.Background(), *p.peer, opOvfEcho, &in, &out); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if !bytes.Equal(in, out) {
+			t.Fatalf("%d bytes: echo differs", n)
+		}
+		pulledIn := p.sctx.BulkStats().Completed - sBefore
+		pulledOut := p.cctx.BulkStats().Completed - cBefore
+		want := uint64(0)
+		if n > eager {
+			want = 1
+		}
+		if pulledIn != want || pulledOut != want {
+			t.Fatalf("%d bytes: %d input and %d output pulls, want %d each", n, pulledIn, pulledOut, want)
+		}
+	}
+	// The handles were freed: the origin's at completion, the target's
+	// on the origin's release.
+	waitFor(t, "overflow handles freed", func() bool {
+		return p.srv.BulkHandles() == 0 && p.cli.BulkHandles() == 0
+	})
+}
+
+// A target holds at most OverflowLimit bytes of pulled inputs for
+// requests it has not answered; the others wait unpulled.
+func TestOverflowBudget(t *testing.T) {
+	held := make(chan *rpc.Incoming, 16)
+	p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{OverflowLimit: 1 << 20}})
+	err := p.srv.Register(rpc.Protocol{Name: "ovf", Base: 0x43, Version: 1, RPCs: []rpc.RPC{{Handler: hold(held)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 8, 512 << 10
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := rpc.Bytes(bytes.Repeat([]byte{byte(i)}, size))
+			var out rpc.Bytes
+			err := p.cctx.Call(context.Background(), *p.peer, opOvfEcho, &in, &out)
+			if err == nil && !bytes.Equal(out, in) {
+				err = fmt.Errorf("request %d: echo differs", i)
+			}
+			errs <- err
+		}()
+	}
+	var rs []*rpc.Incoming
+	for len(rs) < 2 {
+		rs = append(rs, recv(t, held, "a held request"))
+	}
+	// Give the others a chance to be (wrongly) pulled.
+	time.Sleep(50 * time.Millisecond)
+	if got := p.sctx.BulkStats().Completed; got != 2 || len(held) != 0 {
+		t.Fatalf("%d inputs pulled (%d more handlers) with a 1 MiB budget and 512 KiB inputs, want 2", got, len(held))
+	}
+	answer := func(r *rpc.Incoming) {
+		var b rpc.Bytes
+		if err := r.Decode(&b); err != nil {
+			t.Error(err)
+		}
+		r.Reply(&b)
+	}
+	for _, r := range rs {
+		answer(r)
+	}
+	for range n - 2 {
+		answer(recv(t, held, "a held request"))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.sctx.BulkStats().Completed; got != n {
+		t.Fatalf("%d inputs pulled, want %d", got, n)
+	}
+}
