@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/track"
 )
 
@@ -301,15 +302,48 @@ func (c *Context) endLookup(l *lookup, err error) {
 
 // SelfTestInput is the input of OpSelfTest: the size of the reply the
 // target is to send, and a payload that travels in the data segment
-// (CaRT's self-test "test msg" with iov payloads).
+// (CaRT's self-test "test msg" with iov payloads). With CaRT's bulk
+// sizes, SendBulk names the origin's read-only buffer that the target
+// pulls (GET) instead of a payload, and ReplyBulk the origin's
+// write-only buffer that the target pushes (PUT) the reply into instead
+// of replying with it.
 type SelfTestInput struct {
 	ReplySize uint32
 	Payload   []byte
+	SendBulk  *BulkHandle
+	ReplyBulk *BulkHandle
 }
 
-// AppendBinary appends the reply size.
+// Self-test input flags. Wire constants; append only.
+const (
+	stSendBulk  = 1 << 0
+	stReplyBulk = 1 << 1
+)
+
+// AppendBinary appends the reply size and, if bulk buffers are named,
+// a flags byte and their handles.
 func (s *SelfTestInput) AppendBinary(b []byte) ([]byte, error) {
-	return binary.LittleEndian.AppendUint32(b, s.ReplySize), nil
+	b = binary.LittleEndian.AppendUint32(b, s.ReplySize)
+	if s.SendBulk == nil && s.ReplyBulk == nil {
+		return b, nil
+	}
+	var flags byte
+	if s.SendBulk != nil {
+		flags |= stSendBulk
+	}
+	if s.ReplyBulk != nil {
+		flags |= stReplyBulk
+	}
+	b = append(b, flags)
+	var err error
+	for _, h := range []*BulkHandle{s.SendBulk, s.ReplyBulk} {
+		if h != nil {
+			if b, err = h.AppendBinary(b); err != nil {
+				return b, err
+			}
+		}
+	}
+	return b, nil
 }
 
 // AppendData appends the payload.
@@ -320,12 +354,35 @@ func (s *SelfTestInput) AppendData(bufs [][]byte) [][]byte {
 	return append(bufs, s.Payload)
 }
 
-// UnmarshalBinary reads the reply size.
+// UnmarshalBinary reads the reply size and the bulk handles.
 func (s *SelfTestInput) UnmarshalBinary(b []byte) error {
-	if len(b) != 4 {
+	if len(b) < 4 {
 		return errShortPayload
 	}
 	s.ReplySize = binary.LittleEndian.Uint32(b)
+	s.SendBulk, s.ReplyBulk = nil, nil
+	b = b[4:]
+	if len(b) == 0 {
+		return nil
+	}
+	flags := b[0]
+	b = b[1:]
+	var err error
+	if flags&stSendBulk != 0 {
+		s.SendBulk = new(BulkHandle)
+		if b, err = s.SendBulk.Decode(b); err != nil {
+			return err
+		}
+	}
+	if flags&stReplyBulk != 0 {
+		s.ReplyBulk = new(BulkHandle)
+		if b, err = s.ReplyBulk.Decode(b); err != nil {
+			return err
+		}
+	}
+	if len(b) != 0 || flags&^(stSendBulk|stReplyBulk) != 0 {
+		return errShortPayload
+	}
 	return nil
 }
 
@@ -363,9 +420,66 @@ func handleSelfTest(r *Incoming) error {
 	if in.ReplySize > MaxPayload {
 		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("reply of %d bytes asked", in.ReplySize)}
 	}
+	if in.SendBulk != nil || in.ReplyBulk != nil {
+		return selfTestBulk(r, &in)
+	}
 	if in.ReplySize == 0 {
 		return r.Reply(nil)
 	}
 	out := Bytes(zeroBytes(int(in.ReplySize)))
 	return r.Reply(&out)
+}
+
+// selfTestBulk serves a bulk self-test request as CaRT's does: GET the
+// send buffer, PUT the reply into the reply buffer, then reply empty.
+// The transfers complete on the connection's reader goroutine (the
+// handler runs inline and must not wait for them).
+func selfTestBulk(r *Incoming, in *SelfTestInput) error {
+	c, conn := r.c, r.conn.(*msgr.Conn)
+	reply := func(err error) {
+		if err != nil {
+			r.Fail(err)
+			return
+		}
+		r.Reply(nil)
+	}
+	put := func() {
+		if in.ReplyBulk == nil {
+			reply(nil)
+			return
+		}
+		n := int64(in.ReplySize)
+		src := newBulk(c.in, [][]byte{zeroBytes(int(n))}, BulkRO)
+		d := BulkDesc{Op: BulkPut, Remote: *in.ReplyBulk, Local: src, Len: n}
+		if err := c.descErr(&d); err != nil {
+			reply(err)
+			return
+		}
+		if _, err := c.startOn(conn, d, nil, reply); err != nil {
+			reply(err)
+		}
+	}
+	if in.SendBulk == nil {
+		put()
+		return nil
+	}
+	n := in.SendBulk.Len
+	if n < 0 || n > MaxPayload {
+		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("bulk send of %d bytes", n)}
+	}
+	dst := newBulk(c.in, [][]byte{make([]byte, n)}, BulkWO)
+	d := BulkDesc{Op: BulkGet, Remote: *in.SendBulk, Local: dst, Len: n}
+	if err := c.descErr(&d); err != nil {
+		return err
+	}
+	if _, err := c.startOn(conn, d, nil, func(err error) {
+		if err != nil {
+			reply(err)
+			return
+		}
+		put()
+	}); err != nil {
+		return err
+	}
+	return nil
 }

@@ -122,6 +122,8 @@ type BulkTransfer struct {
 	// internal completion, run where the transfer finishes (overflow
 	// pulls and rendezvous PUTs served for a peer).
 	onDone func(error)
+	// tempReg: Local was registered for this transfer only.
+	tempReg bool
 
 	// Guarded by the context's bmu.
 	state    uint8
@@ -303,6 +305,11 @@ func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error))
 func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
 	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{})}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
+	if d.Op == BulkPut && t.proto == Rendezvous && d.Local.key == 0 {
+		// An internal, unregistered source: the peer pulls it by key.
+		c.in.bulks.add(d.Local)
+		t.tempReg = true
+	}
 	to := d.Timeout
 	if to <= 0 {
 		to = c.Timeout()
@@ -310,6 +317,9 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	c.bmu.Lock()
 	if c.bclosed {
 		c.bmu.Unlock()
+		if t.tempReg {
+			d.Local.Free()
+		}
 		return nil, &Error{Code: CodeShutdown}
 	}
 	c.nextX++
@@ -528,6 +538,9 @@ func (c *Context) finishXfers(fin []*BulkTransfer) {
 	for _, t := range fin {
 		if t.timer != nil {
 			t.timer.Stop()
+		}
+		if t.tempReg {
+			t.d.Local.Free()
 		}
 		if t.err != nil {
 			if e, ok := t.err.(*Error); ok && e.Opcode == 0 && e.Endpoint == (Endpoint{}) && t.d.Peer != nil {

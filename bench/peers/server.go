@@ -149,6 +149,11 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	if _, err := fi.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
 		return err
 	}
+	bs, err := startBulk(fi, &served) // bulk_server.go
+	if err != nil {
+		return err
+	}
+	defer bs.close()
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

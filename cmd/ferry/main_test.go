@@ -257,7 +257,7 @@ func TestPingClosedPort(t *testing.T) {
 }
 
 func TestSelftest(t *testing.T) {
-	r := runFerry(t, 2*time.Minute, "selftest", "--reps", "50", "--sizes", "0 0,4096 0,0 70000")
+	r := runFerry(t, 2*time.Minute, "selftest", "--reps", "50", "--sizes", "0 0,4096 0,0 70000,b1048576 b70000")
 	if r.code != 0 {
 		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -265,6 +265,8 @@ func TestSelftest(t *testing.T) {
 		"Results for message size (0-0 B) (max_inflight_rpcs = 16)",
 		"Results for message size (4096-0 B)",
 		"Results for message size (0-70000 B)",
+		"Results for message size (b1048576-b70000 B)",
+		"Summary", "MB/s",
 		"RPC Bandwidth (MB/sec)", "RPC Throughput (RPCs/sec)", "RPC Latencies (us)",
 		"Median", "90th", "99th", "Std Dev", "Endpoint results", "0:0 - ", "1:0 - ",
 	} {
@@ -272,8 +274,8 @@ func TestSelftest(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := strings.Count(r.stdout, "RPC Failures: 0"); n != 3 {
-		t.Errorf("%d size pairs without failures, want 3:\n%s", n, r.stdout)
+	if n := strings.Count(r.stdout, "RPC Failures: 0"); n != 4 {
+		t.Errorf("%d size pairs without failures, want 4:\n%s", n, r.stdout)
 	}
 }
 
@@ -317,11 +319,11 @@ func TestSelftestJSON(t *testing.T) {
 func TestSelftestEndpoints(t *testing.T) {
 	a := startServe(t)
 	b := startServe(t)
-	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "30", "--sizes", "0 0,100 100000", "--endpoints", a.addr+","+b.addr)
+	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "30", "--sizes", "0 0,100 100000,b200000 b3000", "--endpoints", a.addr+","+b.addr)
 	if r.code != 0 {
 		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	checkSelftestJSON(t, r.stdout, [][2]int{{0, 0}, {100, 100000}}, 30)
+	checkSelftestJSON(t, r.stdout, [][2]int{{0, 0}, {100, 100000}, {200000, 3000}}, 30)
 	for _, p := range []*serveProc{a, b} {
 		if code := p.stop(t); code != 0 {
 			t.Errorf("serve exit %d", code)
@@ -359,7 +361,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"serve", "--fsid", "not-a-uuid"}, 2},
 		{[]string{"selftest", "--reps", "-1"}, 2},
 		{[]string{"selftest", "--inflight", "0"}, 2},
-		{[]string{"selftest", "--sizes", "b1048576 0"}, 2},
+		{[]string{"selftest", "--sizes", "bx 0"}, 2},
 		{[]string{"selftest", "--sizes", "1"}, 2},
 		{[]string{"selftest", "--ranks", "0"}, 2},
 		{[]string{"selftest", "--nope"}, 2},

@@ -115,6 +115,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "Self-test: %d size pairs, %d RPCs each, %d in flight, endpoints: %s\n\n", len(pairs), *reps, *inflight, where)
 	}
 	failures := 0
+	var results []*selftest.Result
 	for _, sp := range pairs {
 		cfg := selftest.Config{Endpoints: eps, Sizes: sp, Reps: *reps, Inflight: *inflight}
 		var pr *progress
@@ -131,6 +132,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 			return exitError
 		}
 		failures += res.Failures
+		results = append(results, res)
 		if *asJSON {
 			if err := res.WriteJSON(e.stdout); err != nil {
 				return exitError
@@ -138,6 +140,9 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		} else {
 			res.Format(e.stdout)
 		}
+	}
+	if !*asJSON {
+		selftest.WriteSummary(e.stdout, results)
 	}
 	if failures > 0 {
 		return exitError

@@ -31,10 +31,23 @@ var (
 )
 
 // SizePair is one message-size pair: the bytes each request sends and the
-// bytes each reply carries.
-type SizePair struct{ Send, Reply int }
+// bytes each reply carries, each inline or, with CaRT's "b" prefix, by
+// bulk transfer (the target GETs the send buffer and PUTs the reply).
+type SizePair struct {
+	Send, Reply         int
+	SendBulk, ReplyBulk bool
+}
 
-func (p SizePair) String() string { return fmt.Sprintf("%d-%d B", p.Send, p.Reply) }
+func (p SizePair) String() string {
+	return fmt.Sprintf("%s-%s B", sizeStr(p.Send, p.SendBulk), sizeStr(p.Reply, p.ReplyBulk))
+}
+
+func sizeStr(n int, bulk bool) string {
+	if bulk {
+		return fmt.Sprintf("b%d", n)
+	}
+	return strconv.Itoa(n)
+}
 
 // DefaultSizes are `ferry selftest`'s default pairs.
 const DefaultSizes = "0 0,4096 0,0 4096,1048576 0,0 1048576"
@@ -42,7 +55,7 @@ const DefaultSizes = "0 0,4096 0,0 4096,1048576 0,0 1048576"
 // ParseSizes parses CaRT's size list: pairs "SEND REPLY" separated by
 // commas, optionally in parentheses ("(0 0),(4096 0)"); a size may carry
 // CaRT's "i" (iov) or "e" (empty) prefix, both meaning an inline payload
-// here. The "b" (bulk) prefix is not supported yet.
+// here, or "b" (bulk): the payload moves by bulk transfer.
 func ParseSizes(s string) ([]SizePair, error) {
 	var out []SizePair
 	for _, item := range strings.Split(s, ",") {
@@ -55,10 +68,12 @@ func ParseSizes(s string) ([]SizePair, error) {
 			return nil, fmt.Errorf("%w: %q is not \"SEND REPLY\"", ErrBadSizes, item)
 		}
 		var p [2]int
+		var bulk [2]bool
 		for i, v := range f {
 			switch {
 			case strings.HasPrefix(v, "b"):
-				return nil, fmt.Errorf("%w: bulk sizes (%q) are not supported yet", ErrBadSizes, v)
+				bulk[i] = true
+				v = v[1:]
 			case strings.HasPrefix(v, "i"), strings.HasPrefix(v, "e"):
 				v = v[1:]
 			}
@@ -68,7 +83,7 @@ func ParseSizes(s string) ([]SizePair, error) {
 			}
 			p[i] = n
 		}
-		out = append(out, SizePair{Send: p[0], Reply: p[1]})
+		out = append(out, SizePair{Send: p[0], Reply: p[1], SendBulk: bulk[0], ReplyBulk: bulk[1]})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrBadSizes)
@@ -137,6 +152,7 @@ type slot struct {
 	start time.Time
 	ep    int
 	out   replyLen
+	in    *rpc.SelfTestInput
 }
 
 // replyLen is the self-test's output: it counts the reply's bytes without
@@ -176,6 +192,46 @@ func Run(ctx context.Context, c *rpc.Context, cfg Config) (*Result, error) {
 		payload[i] = byte(i)
 	}
 	in := &rpc.SelfTestInput{ReplySize: uint32(cfg.Sizes.Reply), Payload: payload}
+	var bulks []*rpc.Bulk
+	defer func() {
+		for _, b := range bulks {
+			b.Free()
+		}
+	}()
+	register := func(b []byte, perm rpc.BulkPerm) (*rpc.BulkHandle, error) {
+		bk, err := c.Instance().NewBulk([][]byte{b}, perm)
+		if err != nil {
+			return nil, err
+		}
+		bulks = append(bulks, bk)
+		h := bk.Handle()
+		return &h, nil
+	}
+	if cfg.Sizes.SendBulk {
+		h, err := register(payload, rpc.BulkRO) // shared: only read
+		if err != nil {
+			return nil, err
+		}
+		in.SendBulk, in.Payload = h, nil
+	}
+	// newIn gives each slot its own input: a bulk reply needs a buffer
+	// per request in flight.
+	newIn := func() (*rpc.SelfTestInput, error) {
+		if !cfg.Sizes.ReplyBulk {
+			return in, nil
+		}
+		h, err := register(make([]byte, cfg.Sizes.Reply), rpc.BulkWO)
+		if err != nil {
+			return nil, err
+		}
+		si := *in
+		si.ReplyBulk = h
+		return &si, nil
+	}
+	wantReply := cfg.Sizes.Reply
+	if cfg.Sizes.ReplyBulk {
+		wantReply = 0 // the reply itself is empty
+	}
 	lat := make([]time.Duration, 0, cfg.Reps)
 	epLat := make([][]time.Duration, len(cfg.Endpoints))
 	res := &Result{Sizes: cfg.Sizes, Reps: cfg.Reps, Inflight: cfg.Inflight}
@@ -189,7 +245,7 @@ func Run(ctx context.Context, c *rpc.Context, cfg Config) (*Result, error) {
 		s.start = time.Now()
 		sent++
 		_, err := c.Send(rpc.Request{
-			Endpoint: cfg.Endpoints[s.ep], Opcode: rpc.OpSelfTest, In: in, Out: &s.out,
+			Endpoint: cfg.Endpoints[s.ep], Opcode: rpc.OpSelfTest, In: s.in, Out: &s.out,
 			Timeout: cfg.Timeout, Arg: s,
 		}, cb)
 		if err != nil {
@@ -201,8 +257,8 @@ func Run(ctx context.Context, c *rpc.Context, cfg Config) (*Result, error) {
 		d := time.Since(s.start)
 		done++
 		err := cp.Err
-		if err == nil && int(s.out) != cfg.Sizes.Reply {
-			err = fmt.Errorf("selftest: reply of %d bytes, want %d", int(s.out), cfg.Sizes.Reply)
+		if err == nil && int(s.out) != wantReply {
+			err = fmt.Errorf("selftest: reply of %d bytes, want %d", int(s.out), wantReply)
 		}
 		s.out = 0
 		if err != nil {
@@ -224,7 +280,11 @@ func Run(ctx context.Context, c *rpc.Context, cfg Config) (*Result, error) {
 	}
 	start := time.Now()
 	for range cfg.Inflight {
-		send(new(slot))
+		si, err := newIn()
+		if err != nil {
+			return nil, err
+		}
+		send(&slot{in: si})
 		if sendErr != nil {
 			return nil, sendErr
 		}
@@ -279,7 +339,7 @@ func us(d time.Duration) float64 { return math.Round(float64(d)/100) / 10 }
 // Format writes r as CaRT's self_test prints it.
 func (r *Result) Format(w io.Writer) {
 	fmt.Fprintf(w, "##################################################\n")
-	fmt.Fprintf(w, "Results for message size (%d-%d B) (max_inflight_rpcs = %d):\n\n", r.Sizes.Send, r.Sizes.Reply, r.Inflight)
+	fmt.Fprintf(w, "Results for message size (%s) (max_inflight_rpcs = %d):\n\n", r.Sizes, r.Inflight)
 	fmt.Fprintf(w, "\tRPC Bandwidth (MB/sec): %.2f\n", r.MBPerSec)
 	fmt.Fprintf(w, "\tRPC Throughput (RPCs/sec): %.0f\n", r.RPCsPerSec)
 	fmt.Fprintf(w, "\tRPC Latencies (us):\n")
@@ -306,6 +366,8 @@ func (r *Result) Format(w io.Writer) {
 type JSON struct {
 	SendSize    int     `json:"send_size"`
 	ReplySize   int     `json:"reply_size"`
+	SendBulk    bool    `json:"send_bulk,omitempty"`
+	ReplyBulk   bool    `json:"reply_bulk,omitempty"`
 	Reps        int     `json:"reps"`
 	Inflight    int     `json:"inflight"`
 	Endpoints   int     `json:"endpoints"`
@@ -329,7 +391,8 @@ type JSON struct {
 func (r *Result) JSON() JSON {
 	l := r.Latency
 	j := JSON{
-		SendSize: r.Sizes.Send, ReplySize: r.Sizes.Reply, Reps: r.Reps, Inflight: r.Inflight,
+		SendSize: r.Sizes.Send, ReplySize: r.Sizes.Reply, SendBulk: r.Sizes.SendBulk, ReplyBulk: r.Sizes.ReplyBulk,
+		Reps: r.Reps, Inflight: r.Inflight,
 		Endpoints: len(r.PerEndpoint), Seconds: math.Round(r.Duration.Seconds()*1e6) / 1e6,
 		RPCsPerSec: math.Round(r.RPCsPerSec*100) / 100, MBytesPerS: math.Round(r.MBPerSec*100) / 100,
 		LatUsMin: us(l.Min), LatUsP25: us(l.P25), LatUsP50: us(l.P50), LatUsP75: us(l.P75),
@@ -410,5 +473,16 @@ func (g *LocalGroup) Close() {
 	}
 	for _, r := range g.Ranks {
 		r.Close()
+	}
+}
+
+// WriteSummary writes one table row per result: the size pair, the RPC
+// rate, the bandwidth, latency percentiles and failures.
+func WriteSummary(w io.Writer, rs []*Result) {
+	fmt.Fprintf(w, "Summary\n")
+	fmt.Fprintf(w, "%-22s %10s %10s %10s %10s %10s %8s\n", "size (send-reply)", "RPCs/s", "MB/s", "p50 us", "p99 us", "max us", "failures")
+	for _, r := range rs {
+		l := r.Latency
+		fmt.Fprintf(w, "%-22s %10.0f %10.2f %10.1f %10.1f %10.1f %8d\n", r.Sizes, r.RPCsPerSec, r.MBPerSec, us(l.P50), us(l.P99), us(l.Max), r.Failures)
 	}
 }

@@ -16,11 +16,11 @@ import (
 )
 
 func TestParseSizes(t *testing.T) {
-	got, err := selftest.ParseSizes("(0 0), 4096 0,i0 e1048576, 1K 2M")
+	got, err := selftest.ParseSizes("(0 0), 4096 0,i0 e1048576, 1K 2M,b1048576 0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []selftest.SizePair{{0, 0}, {4096, 0}, {0, 1 << 20}, {1024, 2 << 20}}
+	want := []selftest.SizePair{{Send: 0, Reply: 0}, {Send: 4096}, {Reply: 1 << 20}, {Send: 1024, Reply: 2 << 20}, {Send: 1 << 20, SendBulk: true}}
 	if len(got) != len(want) {
 		t.Fatalf("%v", got)
 	}
@@ -29,7 +29,7 @@ func TestParseSizes(t *testing.T) {
 			t.Fatalf("%v, want %v", got, want)
 		}
 	}
-	for _, bad := range []string{"", "1", "1 2 3", "b1048576 0", "x 0", "-1 0", "0 100000000"} {
+	for _, bad := range []string{"", "1", "1 2 3", "bb1 0", "x 0", "-1 0", "0 100000000"} {
 		if _, err := selftest.ParseSizes(bad); !errors.Is(err, selftest.ErrBadSizes) {
 			t.Errorf("%q: %v", bad, err)
 		}
@@ -53,7 +53,7 @@ func TestRunLocalGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var lastDone int
-	for _, sp := range []selftest.SizePair{{0, 0}, {4096, 0}, {0, 70000}, {1 << 20, 0}} {
+	for _, sp := range []selftest.SizePair{{}, {Send: 4096}, {Reply: 70000}, {Send: 1 << 20}, {Send: 3 << 20, SendBulk: true}, {Reply: 100000, ReplyBulk: true}, {Send: 5000, Reply: 2 << 20, SendBulk: true, ReplyBulk: true}} {
 		res, err := selftest.Run(ctx, c, selftest.Config{
 			Endpoints: g.Endpoints(), Sizes: sp, Reps: 200, Inflight: 8,
 			Progress: func(done, total int) { lastDone = done },

@@ -1,0 +1,546 @@
+package peers
+
+// The bulk-transfer side of the benchmark server (bulk_test.go is the
+// client): ferry's registered buffers and the RPC that does a transfer
+// (CaRT's way of writing), a raw-TCP floor for streams and a gRPC server
+// sized for large messages, next to the small-message servers of
+// server.go. Serve starts it with startBulk; a client learns everything it
+// needs (handles and addresses) from one OpBulkInfo call.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+
+	"github.com/ferrymsg/ferry/rpc"
+)
+
+// BulkMax is the largest transfer the bulk servers take (each of the
+// server's registered buffers is this long).
+const BulkMax = 16 << 20
+
+// The ferry bulk protocol served: base 4, version 0.
+var (
+	OpBulkInfo  = rpc.MakeOpcode(4, 0, 0) // empty in, BulkInfo out
+	OpBulkWrite = rpc.MakeOpcode(4, 0, 1) // BulkWriteIn in: the server GETs the bytes, then replies (empty)
+	OpBulkCheck = rpc.MakeOpcode(4, 0, 2) // BulkCheckIn in, CRC32-C (u32) out
+)
+
+// BulkInfo is what a client needs to reach the bulk servers: the handles
+// of the server's GET source (read-only, filled with Pattern(seedServer))
+// and PUT target (write-only), and the addresses of the raw stream floor
+// and of the bulk gRPC server.
+type BulkInfo struct {
+	Src, Dst rpc.BulkHandle
+	Raw      string
+	GRPC     string
+}
+
+// AppendBinary encodes the handles, then the two addresses (u16 length
+// and bytes each).
+func (b *BulkInfo) AppendBinary(p []byte) ([]byte, error) {
+	var err error
+	if p, err = b.Src.AppendBinary(p); err != nil {
+		return p, err
+	}
+	if p, err = b.Dst.AppendBinary(p); err != nil {
+		return p, err
+	}
+	for _, s := range []string{b.Raw, b.GRPC} {
+		p = binary.LittleEndian.AppendUint16(p, uint16(len(s)))
+		p = append(p, s...)
+	}
+	return p, nil
+}
+
+// UnmarshalBinary decodes what AppendBinary encoded.
+func (b *BulkInfo) UnmarshalBinary(p []byte) error {
+	var err error
+	if p, err = b.Src.Decode(p); err != nil {
+		return err
+	}
+	if p, err = b.Dst.Decode(p); err != nil {
+		return err
+	}
+	for _, s := range []*string{&b.Raw, &b.GRPC} {
+		if len(p) < 2 {
+			return errors.New("peers: short bulk info")
+		}
+		n := int(binary.LittleEndian.Uint16(p))
+		if len(p) < 2+n {
+			return errors.New("peers: short bulk info")
+		}
+		*s, p = string(p[2:2+n]), p[2+n:]
+	}
+	if len(p) != 0 {
+		return errors.New("peers: bytes after the bulk info")
+	}
+	return nil
+}
+
+// BulkWriteIn is OpBulkWrite's input: the client's handle and how many
+// bytes of it the server is to GET (from offset 0).
+type BulkWriteIn struct {
+	H rpc.BulkHandle
+	N int64
+}
+
+// AppendBinary encodes the handle and N (u64).
+func (w *BulkWriteIn) AppendBinary(p []byte) ([]byte, error) {
+	p, err := w.H.AppendBinary(p)
+	return binary.LittleEndian.AppendUint64(p, uint64(w.N)), err
+}
+
+// UnmarshalBinary decodes what AppendBinary encoded.
+func (w *BulkWriteIn) UnmarshalBinary(p []byte) error {
+	rest, err := w.H.Decode(p)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 8 {
+		return errors.New("peers: bad bulk write input")
+	}
+	w.N = int64(binary.LittleEndian.Uint64(rest))
+	return nil
+}
+
+// Server buffers OpBulkCheck can sum.
+const (
+	BulkCheckDst  = 1 // the PUT target
+	BulkCheckSink = 2 // OpBulkWrite's GET target
+)
+
+// BulkCheckIn asks for the CRC32-C of the first N bytes of a server
+// buffer (Which: BulkCheckDst or BulkCheckSink).
+type BulkCheckIn struct {
+	Which uint8
+	N     int64
+}
+
+// AppendBinary encodes Which (u8) and N (u64).
+func (c *BulkCheckIn) AppendBinary(p []byte) ([]byte, error) {
+	return binary.LittleEndian.AppendUint64(append(p, c.Which), uint64(c.N)), nil
+}
+
+// UnmarshalBinary decodes what AppendBinary encoded.
+func (c *BulkCheckIn) UnmarshalBinary(p []byte) error {
+	if len(p) != 9 {
+		return errors.New("peers: bad bulk check input")
+	}
+	c.Which, c.N = p[0], int64(binary.LittleEndian.Uint64(p[1:]))
+	return nil
+}
+
+// U32 is a little-endian uint32 input or output.
+type U32 uint32
+
+// AppendBinary encodes u.
+func (u U32) AppendBinary(p []byte) ([]byte, error) {
+	return binary.LittleEndian.AppendUint32(p, uint32(u)), nil
+}
+
+// UnmarshalBinary decodes u.
+func (u *U32) UnmarshalBinary(p []byte) error {
+	if len(p) != 4 {
+		return errors.New("peers: bad u32")
+	}
+	*u = U32(binary.LittleEndian.Uint32(p))
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C sums p (Castagnoli).
+func CRC32C(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
+
+// Pattern fills p with bytes that depend on seed and on each 8-byte
+// word's position.
+func Pattern(p []byte, seed uint64) {
+	var w [8]byte
+	for i := 0; i < len(p); i += 8 {
+		x := uint64(i/8) + seed*0x9e3779b97f4a7c15
+		x ^= x >> 31
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 29
+		binary.LittleEndian.PutUint64(w[:], x)
+		copy(p[i:], w[:])
+	}
+}
+
+// Pattern seeds of the server's GET source and of the client's buffer.
+const (
+	seedServer = 1
+	seedClient = 2
+)
+
+// bulkServer is the bulk side of Serve.
+type bulkServer struct {
+	n *atomic.Uint64
+
+	src, dst, sink          *rpc.Bulk
+	srcBuf, dstBuf, sinkBuf []byte
+
+	rl     net.Listener
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+
+	gs *grpc.Server
+	gl net.Listener
+	wg sync.WaitGroup
+}
+
+// startBulk registers the bulk protocol and buffers on fi (whose first
+// context must have Auto progress) and starts the raw stream floor and
+// the bulk gRPC server; n counts the operations they serve.
+func startBulk(fi *rpc.Instance, n *atomic.Uint64) (_ *bulkServer, err error) {
+	s := &bulkServer{n: n, conns: map[net.Conn]struct{}{}}
+	s.srcBuf, s.dstBuf, s.sinkBuf = make([]byte, BulkMax), make([]byte, BulkMax), make([]byte, BulkMax)
+	Pattern(s.srcBuf, seedServer)
+	if s.src, err = fi.NewBulk([][]byte{s.srcBuf}, rpc.BulkRO); err != nil {
+		return nil, err
+	}
+	if s.dst, err = fi.NewBulk([][]byte{s.dstBuf}, rpc.BulkWO); err != nil {
+		return nil, err
+	}
+	if s.sink, err = fi.NewBulk([][]byte{s.sinkBuf}, rpc.BulkWO); err != nil {
+		return nil, err
+	}
+	if s.rl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	if s.gl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		s.rl.Close()
+		return nil, err
+	}
+	info := &BulkInfo{Src: s.src.Handle(), Dst: s.dst.Handle(), Raw: s.rl.Addr().String(), GRPC: s.gl.Addr().String()}
+	if err := fi.Register(s.protocol(info)); err != nil {
+		s.rl.Close()
+		s.gl.Close()
+		return nil, err
+	}
+	s.gs = grpc.NewServer(GRPCBulkServerOptions()...)
+	s.gs.RegisterService(s.grpcDesc(), nil)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.serveRaw()
+	}()
+	go func() {
+		defer s.wg.Done()
+		_ = s.gs.Serve(s.gl)
+	}()
+	return s, nil
+}
+
+func (s *bulkServer) close() {
+	s.gs.Stop()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.rl.Close()
+	s.wg.Wait()
+}
+
+// protocol is the ferry bulk protocol. OpBulkWrite is CaRT's write: the
+// input carries the origin's handle, the handler starts a GET on the
+// request's connection and returns; the GET's callback (in the context's
+// progress) replies. OpBulkInfo and OpBulkCheck do not block and run
+// Inline (OpBulkCheck on the reader goroutine of the connection that put
+// the bytes, so that it sees them).
+func (s *bulkServer) protocol(info *BulkInfo) rpc.Protocol {
+	return rpc.Protocol{Name: "peers-bulk", Base: 4, Version: 0, RPCs: []rpc.RPC{
+		{Name: "info", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
+			return r.Reply(info)
+		}},
+		{Name: "write", Handler: s.write},
+		{Name: "check", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
+			var in BulkCheckIn
+			if err := r.Decode(&in); err != nil {
+				return err
+			}
+			var b []byte
+			switch in.Which {
+			case BulkCheckDst:
+				b = s.dstBuf
+			case BulkCheckSink:
+				b = s.sinkBuf
+			}
+			if in.N < 0 || in.N > int64(len(b)) {
+				return &rpc.Error{Code: rpc.CodeInvalid, Msg: "bad check range"}
+			}
+			return r.Reply(U32(CRC32C(b[:in.N])))
+		}},
+	}}
+}
+
+func (s *bulkServer) write(r *rpc.Incoming) error {
+	var in BulkWriteIn
+	if err := r.Decode(&in); err != nil {
+		return err
+	}
+	if in.N < 0 || in.N > s.sink.Len() {
+		return &rpc.Error{Code: rpc.CodeInvalid, Msg: fmt.Sprintf("write of %d bytes", in.N)}
+	}
+	s.n.Add(1)
+	_, err := r.Target().Transfer(rpc.BulkDesc{
+		Op: rpc.BulkGet, Remote: in.H, Local: s.sink, Len: in.N, Via: r, Arg: r,
+	}, bulkWriteDone)
+	return err
+}
+
+// bulkWriteDone answers an OpBulkWrite once its GET has completed.
+func bulkWriteDone(cp rpc.BulkCompletion) {
+	r := cp.Desc.Arg.(*rpc.Incoming)
+	if cp.Err != nil {
+		_ = r.Fail(cp.Err)
+		return
+	}
+	_ = r.Reply(nil)
+}
+
+// ---- raw stream floor ----
+
+// Raw stream requests: an op byte and a u32 little-endian length. PUT:
+// the length's bytes follow and the server answers one byte once it has
+// them all. GET: the server answers with the length's bytes.
+const (
+	rawBulkPut = 'P'
+	rawBulkGet = 'G'
+)
+
+func (s *bulkServer) serveRaw() {
+	for {
+		c, err := s.rl.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			_ = s.rawConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// rawConn serves one floor connection: buffered reads, one write per
+// answer, the PUT target reused (one per connection).
+func (s *bulkServer) rawConn(c net.Conn) error {
+	br := bufio.NewReaderSize(c, 64<<10)
+	var (
+		hdr [5]byte
+		buf []byte
+		ack = []byte{1}
+	)
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		n := int(binary.LittleEndian.Uint32(hdr[1:]))
+		if n > BulkMax {
+			return fmt.Errorf("peers: raw bulk of %d bytes", n)
+		}
+		var err error
+		switch hdr[0] {
+		case rawBulkPut:
+			if cap(buf) < n {
+				buf = make([]byte, n)
+			}
+			if _, err = io.ReadFull(br, buf[:n]); err == nil {
+				_, err = c.Write(ack)
+			}
+		case rawBulkGet:
+			_, err = c.Write(s.srcBuf[:n])
+		default:
+			err = fmt.Errorf("peers: raw bulk op %q", hdr[0])
+		}
+		if err != nil {
+			return err
+		}
+		s.n.Add(1)
+	}
+}
+
+// ---- gRPC ----
+
+// gRPC bulk method names (a hand-written service; messages are raw bytes
+// with BulkCodec). Put and Get are unary (Get's request is a u32 length);
+// PutStream is a client stream of chunks answered by the u64 total;
+// GetStream a server stream of chunks answering a u32 length.
+const (
+	GRPCBulkPut       = "/ferry.peers.Bulk/Put"
+	GRPCBulkGet       = "/ferry.peers.Bulk/Get"
+	GRPCBulkPutStream = "/ferry.peers.Bulk/PutStream"
+	GRPCBulkGetStream = "/ferry.peers.Bulk/GetStream"
+)
+
+// GRPCChunk is the message size of the gRPC streams.
+const GRPCChunk = 1 << 20
+
+// gRPC tuning of the bulk server and its clients: gRPC's default message
+// limit is 4 MiB (receive) so it is raised above BulkMax, and the HTTP/2
+// windows are fixed at 4 MiB per stream and per connection (the defaults
+// are 64 KiB, grown by BDP estimation; setting them turns that off).
+const (
+	GRPCMaxMsg = BulkMax + 1<<20
+	GRPCWindow = 4 << 20
+)
+
+// GRPCBulkServerOptions are the bulk gRPC server's options.
+func GRPCBulkServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(BulkCodec{}),
+		grpc.MaxRecvMsgSize(GRPCMaxMsg),
+		grpc.MaxSendMsgSize(GRPCMaxMsg),
+		grpc.InitialWindowSize(GRPCWindow),
+		grpc.InitialConnWindowSize(GRPCWindow),
+	}
+}
+
+// BulkCodec is a gRPC codec (encoding.CodecV2) for *[]byte messages that
+// costs the least gRPC allows: Marshal hands the slice over without a
+// copy, Unmarshal copies the received buffers once into the target's
+// backing array (reused when it is large enough, so a client can land a
+// message in place by passing a zero-length slice of its buffer).
+type BulkCodec struct{}
+
+// Marshal returns the bytes, not copied.
+func (BulkCodec) Marshal(v any) (mem.BufferSlice, error) {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return nil, fmt.Errorf("peers: BulkCodec cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(*p)}, nil
+}
+
+// Unmarshal copies data into *v.
+func (BulkCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("peers: BulkCodec cannot unmarshal into %T", v)
+	}
+	n := data.Len()
+	if cap(*p) < n {
+		*p = make([]byte, n)
+	}
+	*p = (*p)[:n]
+	data.CopyTo(*p)
+	return nil
+}
+
+// Name is the codec's content-subtype.
+func (BulkCodec) Name() string { return "ferry-bulk" }
+
+// grpcBufs recycles the server's receive buffers.
+var grpcBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+func (s *bulkServer) grpcDesc() *grpc.ServiceDesc {
+	put := func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		bp := grpcBufs.Get().(*[]byte)
+		defer grpcBufs.Put(bp)
+		if err := dec(bp); err != nil {
+			return nil, err
+		}
+		s.n.Add(1)
+		var empty []byte
+		return &empty, nil
+	}
+	get := func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		n, err := decodeLen(dec)
+		if err != nil {
+			return nil, err
+		}
+		s.n.Add(1)
+		out := s.srcBuf[:n]
+		return &out, nil
+	}
+	putStream := func(_ any, st grpc.ServerStream) error {
+		bp := grpcBufs.Get().(*[]byte)
+		defer grpcBufs.Put(bp)
+		var total uint64
+		for {
+			err := st.RecvMsg(bp)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			total += uint64(len(*bp))
+		}
+		s.n.Add(1)
+		ack := binary.LittleEndian.AppendUint64(nil, total)
+		return st.SendMsg(&ack)
+	}
+	getStream := func(_ any, st grpc.ServerStream) error {
+		n, err := decodeLen(st.RecvMsg)
+		if err != nil {
+			return err
+		}
+		s.n.Add(1)
+		for off := 0; off < n; off += GRPCChunk {
+			chunk := s.srcBuf[off:min(off+GRPCChunk, n)]
+			if err := st.SendMsg(&chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return &grpc.ServiceDesc{
+		ServiceName: "ferry.peers.Bulk",
+		HandlerType: (*benchService)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Put", Handler: put},
+			{MethodName: "Get", Handler: get},
+		},
+		Streams: []grpc.StreamDesc{
+			{StreamName: "PutStream", Handler: putStream, ClientStreams: true},
+			{StreamName: "GetStream", Handler: getStream, ServerStreams: true},
+		},
+	}
+}
+
+// decodeLen reads a u32 length request.
+func decodeLen(dec func(any) error) (int, error) {
+	var b [4]byte
+	p := b[:0]
+	if err := dec(&p); err != nil {
+		return 0, err
+	}
+	if len(p) != 4 {
+		return 0, errors.New("peers: bad length request")
+	}
+	n := int(binary.LittleEndian.Uint32(p))
+	if n > BulkMax {
+		return 0, fmt.Errorf("peers: %d bytes asked for", n)
+	}
+	return n, nil
+}

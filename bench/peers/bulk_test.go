@@ -1,0 +1,487 @@
+package peers
+
+// Bulk-transfer benchmarks (issue 5): SIZE bytes each way between this
+// process and the server process (bulk_server.go), per contender:
+//
+//	BenchmarkBulkPut/size=S/impl=raw          raw TCP: SIZE bytes out, 1-byte ack back (floor)
+//	BenchmarkBulkPut/size=S/impl=ferry        TransferWait PUT into the server's write-only buffer
+//	BenchmarkBulkPut/size=S/impl=ferry-rpc    RPC carrying the client's handle; the handler GETs it, then replies
+//	BenchmarkBulkPut/size=S/impl=grpc-unary   unary call, SIZE bytes in, empty reply
+//	BenchmarkBulkPut/size=S/impl=grpc-stream  client stream of 1 MiB messages, u64 ack at the end
+//	BenchmarkBulkGet/size=S/impl=raw          raw TCP: 5-byte request, SIZE bytes back (floor)
+//	BenchmarkBulkGet/size=S/impl=ferry        TransferWait GET from the server's read-only buffer
+//	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
+//	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
+//	BenchmarkHOL/bg=none|get16MiB|put16MiB    64 B ferry RPCs on the connection that carries back-to-back 16 MiB transfers
+//
+// Every contender lands received bytes in one reused 16 MiB buffer per
+// side and sends from one; ns/op, MB/s and allocs/op are the client's,
+// srv-allocs/op the server process's.
+//
+//	cd bench/peers && go test -run '^$' -bench 'Bulk|HOL' -benchtime 2s -count 1 .
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ferrymsg/ferry/rpc"
+)
+
+var bulkSizes = []struct {
+	name string
+	n    int
+}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}, {"4MiB", 4 << 20}, {"16MiB", 16 << 20}}
+
+// bulkClient is this process's side of the bulk benchmarks: a registered
+// 16 MiB buffer (filled with Pattern(seedClient)) on the peer's ferry
+// instance, what OpBulkInfo told about the server, and a gRPC
+// connection to the bulk gRPC server.
+type bulkClient struct {
+	p     *peer
+	info  BulkInfo
+	buf   []byte
+	local *rpc.Bulk
+	ep    rpc.Endpoint // the server: rank 0, tag 0
+	gcc   *grpc.ClientConn
+}
+
+var (
+	bulkOnce sync.Once
+	theBulk  *bulkClient
+	bulkErr  error
+)
+
+func getBulk(tb testing.TB) *bulkClient {
+	tb.Helper()
+	p := getPeer(tb)
+	bulkOnce.Do(func() { theBulk, bulkErr = newBulkClient(p) })
+	if bulkErr != nil {
+		tb.Fatalf("setting up the bulk client: %v", bulkErr)
+	}
+	return theBulk
+}
+
+func newBulkClient(p *peer) (*bulkClient, error) {
+	c := &bulkClient{p: p, buf: make([]byte, BulkMax)}
+	Pattern(c.buf, seedClient)
+	var err error
+	if c.local, err = p.fi.NewBulk([][]byte{c.buf}, rpc.BulkRW); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.fc.Call(ctx, c.ep, OpBulkInfo, nil, &c.info); err != nil {
+		return nil, fmt.Errorf("bulk info: %w", err)
+	}
+	c.gcc, err = grpc.NewClient(c.info.GRPC,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
+			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
+		grpc.WithInitialWindowSize(GRPCWindow),
+		grpc.WithInitialConnWindowSize(GRPCWindow))
+	return c, err
+}
+
+// ---- operations: each moves n bytes once ----
+
+func (c *bulkClient) ferryTransfer(op rpc.BulkOp, n int) func() error {
+	d := rpc.BulkDesc{Op: op, Remote: c.info.Src, Local: c.local, Len: int64(n), Peer: &c.ep}
+	if op == rpc.BulkPut {
+		d.Remote = c.info.Dst
+	}
+	ctx := context.Background()
+	return func() error { return c.p.fc.TransferWait(ctx, d) }
+}
+
+// ferryRPCWrite: the server GETs n bytes of the client's buffer, then
+// replies.
+func (c *bulkClient) ferryRPCWrite(n int) func() error {
+	in := &BulkWriteIn{H: c.local.Handle(), N: int64(n)}
+	ctx := context.Background()
+	return func() error { return c.p.fc.Call(ctx, c.ep, OpBulkWrite, in, nil) }
+}
+
+// rawBulk is a floor client on one connection.
+type rawBulk struct {
+	c    net.Conn
+	hdr  [5]byte
+	wbuf []byte
+	arr  [2][]byte
+	ack  [1]byte
+}
+
+func dialRawBulk(addr string) (*rawBulk, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &rawBulk{c: c, wbuf: make([]byte, 0, 5+16<<10)}, nil
+}
+
+func (r *rawBulk) put(src []byte) error {
+	r.hdr[0] = rawBulkPut
+	binary.LittleEndian.PutUint32(r.hdr[1:], uint32(len(src)))
+	var err error
+	if len(src) <= 16<<10 {
+		_, err = r.c.Write(append(append(r.wbuf[:0], r.hdr[:]...), src...))
+	} else {
+		r.arr = [2][]byte{r.hdr[:], src}
+		bufs := net.Buffers(r.arr[:])
+		_, err = bufs.WriteTo(r.c)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = io.ReadFull(r.c, r.ack[:])
+	return err
+}
+
+func (r *rawBulk) get(dst []byte) error {
+	r.hdr[0] = rawBulkGet
+	binary.LittleEndian.PutUint32(r.hdr[1:], uint32(len(dst)))
+	if _, err := r.c.Write(r.hdr[:]); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.c, dst)
+	return err
+}
+
+// gRPC operations. Received bytes land in c.buf (BulkCodec copies into
+// the target's backing array); sent bytes come from c.buf.
+type grpcBulk struct {
+	c     *bulkClient
+	n     int
+	req   []byte // u32 length
+	in    []byte
+	out   []byte
+	chunk []byte
+}
+
+var (
+	putStreamDesc = &grpc.StreamDesc{StreamName: "PutStream", ClientStreams: true}
+	getStreamDesc = &grpc.StreamDesc{StreamName: "GetStream", ServerStreams: true}
+)
+
+func (c *bulkClient) grpcOps(n int) *grpcBulk {
+	return &grpcBulk{c: c, n: n, req: binary.LittleEndian.AppendUint32(nil, uint32(n)), out: make([]byte, 0, 64)}
+}
+
+func (g *grpcBulk) putUnary() error {
+	g.in = g.c.buf[:g.n]
+	g.out = g.out[:0]
+	if err := g.c.gcc.Invoke(context.Background(), GRPCBulkPut, &g.in, &g.out); err != nil {
+		return err
+	}
+	if len(g.out) != 0 {
+		return fmt.Errorf("gRPC put reply of %d bytes", len(g.out))
+	}
+	return nil
+}
+
+func (g *grpcBulk) getUnary() error {
+	g.out = g.c.buf[:0]
+	if err := g.c.gcc.Invoke(context.Background(), GRPCBulkGet, &g.req, &g.out); err != nil {
+		return err
+	}
+	if len(g.out) != g.n {
+		return fmt.Errorf("gRPC get reply of %d bytes, want %d", len(g.out), g.n)
+	}
+	return nil
+}
+
+func (g *grpcBulk) putStream() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := g.c.gcc.NewStream(ctx, putStreamDesc, GRPCBulkPutStream)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < g.n; off += GRPCChunk {
+		g.chunk = g.c.buf[off:min(off+GRPCChunk, g.n)]
+		if err := st.SendMsg(&g.chunk); err != nil {
+			return err
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	g.out = g.out[:0]
+	if err := st.RecvMsg(&g.out); err != nil {
+		return err
+	}
+	if len(g.out) != 8 || binary.LittleEndian.Uint64(g.out) != uint64(g.n) {
+		return fmt.Errorf("gRPC put stream ack %x, want %d bytes", g.out, g.n)
+	}
+	return nil
+}
+
+func (g *grpcBulk) getStream() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := g.c.gcc.NewStream(ctx, getStreamDesc, GRPCBulkGetStream)
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(&g.req); err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	got := 0
+	for {
+		g.chunk = g.c.buf[got:got]
+		err := st.RecvMsg(&g.chunk)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if got+len(g.chunk) > len(g.c.buf) || &g.chunk[0] != &g.c.buf[got] {
+			return errors.New("gRPC get stream: a message did not land in place")
+		}
+		got += len(g.chunk)
+	}
+	if got != g.n {
+		return fmt.Errorf("gRPC get stream of %d bytes, want %d", got, g.n)
+	}
+	return nil
+}
+
+// ---- measurement ----
+
+// benchOp runs op b.N times (after a warm-up) and reports MB/s for size
+// bytes per op, the client's allocs/op and the server's srv-allocs/op.
+func benchOp(b *testing.B, size int, op func() error) {
+	c := getBulk(b)
+	for range 3 {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	m0, _, err := c.p.stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	m1, _, err := c.p.stats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(m1-m0)/float64(b.N), "srv-allocs/op")
+}
+
+func withRaw(b *testing.B, f func(r *rawBulk)) {
+	r, err := dialRawBulk(getBulk(b).info.Raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.c.Close()
+	f(r)
+}
+
+// BenchmarkBulkPut moves SIZE bytes from the client to the server.
+func BenchmarkBulkPut(b *testing.B) {
+	for _, sz := range bulkSizes {
+		n := sz.n
+		b.Run("size="+sz.name, func(b *testing.B) {
+			c := getBulk(b)
+			b.Run("impl=raw", func(b *testing.B) {
+				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.put(c.buf[:n]) }) })
+			})
+			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkPut, n)) })
+			b.Run("impl=ferry-rpc", func(b *testing.B) { benchOp(b, n, c.ferryRPCWrite(n)) })
+			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putUnary) })
+			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putStream) })
+		})
+	}
+}
+
+// BenchmarkBulkGet moves SIZE bytes from the server to the client.
+func BenchmarkBulkGet(b *testing.B) {
+	for _, sz := range bulkSizes {
+		n := sz.n
+		b.Run("size="+sz.name, func(b *testing.B) {
+			c := getBulk(b)
+			b.Run("impl=raw", func(b *testing.B) {
+				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.get(c.buf[:n]) }) })
+			})
+			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkGet, n)) })
+			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getUnary) })
+			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getStream) })
+		})
+	}
+}
+
+// BenchmarkHOL times 64 B ferry RPCs (OpSink, one in flight) on the
+// client context whose connection also carries back-to-back 16 MiB
+// transfers from a background goroutine (none, GETs or PUTs): the RPCs'
+// p50 and p99 latency, and the background's MB/s.
+func BenchmarkHOL(b *testing.B) {
+	b.Run("bg=none", func(b *testing.B) { benchHOL(b, 0) })
+	b.Run("bg=get16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet) })
+	b.Run("bg=put16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut) })
+}
+
+func benchHOL(b *testing.B, bg rpc.BulkOp) {
+	c := getBulk(b)
+	call := ferryCall(c.p, OpSink, 64, 0)
+	var out []byte
+	for range 10 {
+		if err := call(&out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var (
+		moved atomic.Int64
+		stop  = make(chan struct{})
+		done  = make(chan error, 1)
+	)
+	if bg != 0 {
+		xfer := c.ferryTransfer(bg, BulkMax)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				if err := xfer(); err != nil {
+					done <- err
+					return
+				}
+				moved.Add(BulkMax)
+			}
+		}()
+		// Measure only once a transfer is under way.
+		deadline := time.Now().Add(10 * time.Second)
+		for c.p.fc.BulkStats().Active == 0 && moved.Load() == 0 {
+			if time.Now().After(deadline) {
+				b.Fatal("the background transfer did not start")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	} else {
+		done <- nil
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	m0 := moved.Load()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if err := call(&out); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	m1 := moved.Load()
+	close(stop)
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	q := func(f float64) float64 { return float64(lat[int(f*float64(len(lat)-1))]) / 1e3 }
+	b.ReportMetric(q(0.5), "p50-us")
+	b.ReportMetric(q(0.99), "p99-us")
+	if bg != 0 {
+		// Transfers that completed during the measurement (a lower bound).
+		b.ReportMetric(float64(m1-m0)/1e6/b.Elapsed().Seconds(), "bg-MB/s")
+	}
+}
+
+// ---- correctness of what the benchmarks run ----
+
+// TestBulkHarness runs each contender once per protocol size class and
+// checks the bytes that arrive.
+func TestBulkHarness(t *testing.T) {
+	c := getBulk(t)
+	want := make([]byte, BulkMax)
+	Pattern(want, seedServer)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := func(which uint8, n int) uint32 {
+		t.Helper()
+		var sum U32
+		if err := c.p.fc.Call(ctx, c.ep, OpBulkCheck, &BulkCheckIn{Which: which, N: int64(n)}, &sum); err != nil {
+			t.Fatal(err)
+		}
+		return uint32(sum)
+	}
+	r, err := dialRawBulk(c.info.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.c.Close()
+	r.c.SetDeadline(time.Now().Add(30 * time.Second))
+
+	// Eager, segmented or rendezvous (above 16 KiB; PUT above 1 MiB), and
+	// a gRPC stream of several messages.
+	for _, n := range []int{4 << 10, 200 << 10, 3<<20 + 12345} {
+		gets := map[string]func() error{
+			"raw":         func() error { return r.get(c.buf[:n]) },
+			"ferry":       c.ferryTransfer(rpc.BulkGet, n),
+			"grpc-unary":  c.grpcOps(n).getUnary,
+			"grpc-stream": c.grpcOps(n).getStream,
+		}
+		for name, get := range gets {
+			clear(c.buf[:n+1])
+			if err := get(); err != nil {
+				t.Fatalf("%s GET of %d bytes: %v", name, n, err)
+			}
+			if !bytes.Equal(c.buf[:n], want[:n]) || c.buf[n] != 0 {
+				t.Fatalf("%s GET of %d bytes: wrong bytes", name, n)
+			}
+		}
+
+		Pattern(c.buf, seedClient+uint64(n))
+		sum := CRC32C(c.buf[:n])
+		if err := c.ferryTransfer(rpc.BulkPut, n)(); err != nil {
+			t.Fatalf("ferry PUT of %d bytes: %v", n, err)
+		}
+		if got := check(BulkCheckDst, n); got != sum {
+			t.Fatalf("ferry PUT of %d bytes: server sum %08x, want %08x", n, got, sum)
+		}
+		if err := c.ferryRPCWrite(n)(); err != nil {
+			t.Fatalf("ferry RPC write of %d bytes: %v", n, err)
+		}
+		if got := check(BulkCheckSink, n); got != sum {
+			t.Fatalf("ferry RPC write of %d bytes: server sum %08x, want %08x", n, got, sum)
+		}
+		puts := map[string]func() error{
+			"raw":         func() error { return r.put(c.buf[:n]) },
+			"grpc-unary":  c.grpcOps(n).putUnary,
+			"grpc-stream": c.grpcOps(n).putStream,
+		}
+		for name, put := range puts {
+			if err := put(); err != nil {
+				t.Fatalf("%s PUT of %d bytes: %v", name, n, err)
+			}
+		}
+	}
+	Pattern(c.buf, seedClient)
+}
