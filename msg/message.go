@@ -102,7 +102,23 @@ type Message struct {
 	// segs backs Front, Middle and Data when each is a single buffer, so
 	// that a received message costs one allocation, not four.
 	segs [3][]byte
+
+	// dataCRCAhead: Footer.DataCRC holds the data segment's CRC in the
+	// form the messenger's frames carry, computed by the sender.
+	dataCRCAhead bool
 }
+
+// SetDataCRCAhead records the data segment's CRC, computed by the sender
+// ahead of sending (msgr2.SegmentCRC of Data), so the connection's writer
+// does not compute it: a sender that builds many large messages can take
+// that work off the writer's path. Data must not change afterwards.
+func (m *Message) SetDataCRCAhead(crc uint32) {
+	m.Footer.DataCRC = crc
+	m.dataCRCAhead = true
+}
+
+// DataCRCAhead returns the CRC SetDataCRCAhead recorded, if any.
+func (m *Message) DataCRCAhead() (uint32, bool) { return m.Footer.DataCRC, m.dataCRCAhead }
 
 // SetSegments sets Front, Middle and Data to the given single buffers
 // (an empty one gives an empty segment) without allocating.

@@ -404,6 +404,7 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			},
 			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
 		}
+		w.mf.DataCRC, w.mf.DataCRCSet = mm.DataCRCAhead()
 		w.wbuf = w.mf.AppendHead(w.wbuf, rev1)
 		for _, p := range mm.Data {
 			if len(p) < copyMax {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -288,7 +289,10 @@ func (in *Instance) protocolFor(op BulkOp, n int64) (BulkProtocol, int64) {
 	case op == BulkPut && n <= int64(o.SegmentLimit):
 		return Segmented, int64(o.ChunkSize)
 	}
-	return Rendezvous, int64(o.ChunkSize)
+	// A pull asks for spans of half the window, so two requests are
+	// outstanding; the holder answers each with chunk-sized messages
+	// that the connection interleaves with other traffic.
+	return Rendezvous, max(int64(o.ChunkSize), int64(o.Window)/2)
 }
 
 func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
@@ -770,6 +774,19 @@ func (in *Instance) bulkReply(conn *msgr.Conn, req *wire.BulkHeader, op uint8, r
 	}
 }
 
+// bulkReplyCRC sends a data chunk whose CRC it computes here, on the
+// reader goroutine that asked for it, so the connection's writer only
+// writes (the two run on different cores).
+func (in *Instance) bulkReplyCRC(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) {
+	h := wire.BulkHeader{Op: op, SrcTag: req.DstTag, DstTag: req.SrcTag, Xfer: req.Xfer,
+		Key: req.Key, Off: req.Off, Pos: req.Pos, Len: req.Len}
+	m := bulkMsg(&h, data, msg.PrioLow)
+	m.SetDataCRCAhead(msgr2.SegmentCRC(m.Data))
+	if err := conn.Send(m); err != nil {
+		m.Done()
+	}
+}
+
 func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 	b := in.bulks.get(h.Key)
 	var code Code
@@ -781,11 +798,23 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 	case !b.inRange(h.Off, h.Len):
 		code = CodeInvalid
 	}
-	var data [][]byte
-	if code == CodeOK {
-		data = b.slice(nil, int64(h.Off), int64(h.Len))
+	if code != CodeOK {
+		in.bulkReply(conn, h, wire.BulkData, code, nil, msg.PrioLow)
+		return
 	}
-	in.bulkReply(conn, h, wire.BulkData, code, data, msg.PrioLow)
+	// One message per chunk: a span is not written as one block, so the
+	// connection can put other messages between its chunks.
+	chunk := uint64(in.opts.Bulk.ChunkSize)
+	piece := *h
+	for done := uint64(0); done < h.Len || h.Len == 0; {
+		n := min(chunk, h.Len-done)
+		piece.Off, piece.Pos, piece.Len = h.Off+done, h.Pos+done, n
+		in.bulkReplyCRC(conn, &piece, wire.BulkData, b.slice(nil, int64(piece.Off), int64(n)))
+		done += n
+		if h.Len == 0 {
+			break
+		}
+	}
 }
 
 func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {

@@ -110,7 +110,7 @@ func (p *peer) start() error {
 			return fmt.Errorf("unexpected server line %q", line)
 		}
 	}
-	p.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv()})
 	if err != nil {
 		return err
 	}

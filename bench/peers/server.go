@@ -18,7 +18,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,7 +140,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}
 	var served atomic.Uint64
 
-	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: log})
+	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: log, Bulk: BulkOptionsFromEnv()})
 	if err != nil {
 		return err
 	}
@@ -295,5 +297,20 @@ func RawServe(c net.Conn, n *atomic.Uint64) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// BulkOptionsFromEnv reads bulk sizes for experiments from the
+// environment (both processes inherit it): FERRY_BULK_CHUNK,
+// FERRY_BULK_WINDOW, FERRY_BULK_EAGER, FERRY_BULK_SEGMENT, in bytes.
+// Unset means the library's default.
+func BulkOptionsFromEnv() rpc.BulkOptions {
+	get := func(k string) int {
+		n, _ := strconv.Atoi(os.Getenv(k))
+		return n
+	}
+	return rpc.BulkOptions{
+		ChunkSize: get("FERRY_BULK_CHUNK"), Window: get("FERRY_BULK_WINDOW"),
+		EagerLimit: get("FERRY_BULK_EAGER"), SegmentLimit: get("FERRY_BULK_SEGMENT"),
 	}
 }

@@ -85,6 +85,10 @@ type MessageFrame struct {
 	Front  msg.Buffers
 	Middle msg.Buffers
 	Data   msg.Buffers
+	// DataCRC, when DataCRCSet, is Data's segment CRC computed ahead
+	// (SegmentCRC), so that encoding does not compute it again.
+	DataCRC    uint32
+	DataCRCSet bool
 
 	pre   Preamble
 	crcs  [MaxSegments]uint32
@@ -165,10 +169,17 @@ func (f *MessageFrame) AppendTail(b []byte, rev1 bool) []byte {
 	}
 	f.ready = false
 	if f.pre.NumSegments > 3 {
-		f.crcs[3] = f.Data.CRC(segmentCRCSeed)
+		if f.DataCRCSet {
+			f.crcs[3] = f.DataCRC
+		} else {
+			f.crcs[3] = f.Data.CRC(segmentCRCSeed)
+		}
 	}
 	if rev1 && f.pre.NumSegments == 1 {
 		return b
 	}
 	return appendEpilogue(b, rev1, &f.crcs)
 }
+
+// SegmentCRC returns the CRC a frame carries for a segment made of bufs.
+func SegmentCRC(bufs msg.Buffers) uint32 { return bufs.CRC(segmentCRCSeed) }
