@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -120,5 +121,61 @@ func TestOverflowBudget(t *testing.T) {
 	}
 	if got := p.sctx.BulkStats().Completed; got != n {
 		t.Fatalf("%d inputs pulled, want %d", got, n)
+	}
+}
+
+// A target that stops answering holds at most its overflow budget of
+// pulled inputs, however many large requests its origins send; the
+// origins hold no copies of their inputs.
+func TestOverflowMemoryBounded(t *testing.T) {
+	held := make(chan *rpc.Incoming, 256)
+	p := newBulkPair(t, rpc.Options{Credits: rpc.UnlimitedCredits, Bulk: rpc.BulkOptions{OverflowLimit: 4 << 20}})
+	err := p.srv.Register(rpc.Protocol{Name: "ovf", Base: 0x43, Version: 1, RPCs: []rpc.RPC{{Handler: hold(held)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	in := rpc.Bytes(bytes.Repeat([]byte{7}, 1<<20)) // shared by every request
+	before := heap()
+	const n = 96
+	var handles []rpc.Handle
+	done := make(chan error, n)
+	for range n {
+		h, err := p.cctx.Send(rpc.Request{Endpoint: *p.peer, Opcode: opOvfEcho, In: &in}, func(c rpc.Completion) { done <- c.Err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	// The target pulls 4 of the 96 MiB of inputs and then stops.
+	var kept []*rpc.Incoming
+	for range 4 {
+		kept = append(kept, recv(t, held, "a held request"))
+	}
+	time.Sleep(100 * time.Millisecond)
+	grown := int64(heap()) - int64(before)
+	t.Logf("heap grew by %.1f MiB with %d MiB of inputs sent to a target that stopped", float64(grown)/(1<<20), n)
+	if grown > 16<<20 || grown < 4<<20 {
+		t.Fatalf("heap grew by %d MiB with a 4 MiB overflow budget", grown>>20)
+	}
+	if st := p.cctx.Stats(); st.Transmitted != n {
+		t.Fatalf("origin stats %+v: want all %d requests sent", st, n)
+	}
+	if st := p.sctx.BulkStats(); st.Completed != 4 || len(held) != 0 {
+		t.Fatalf("%d inputs pulled, %d more handlers, want 4 and 0", st.Completed, len(held))
+	}
+	for _, h := range handles {
+		h.Abort()
+	}
+	for range n {
+		<-done
+	}
+	for _, r := range kept {
+		r.Reply(nil)
 	}
 }
