@@ -108,6 +108,47 @@
 // ErrExcluded; a connection failure completes those sent on it with
 // ErrUnreachable.
 //
+// # Bulk transfers
+//
+// NewBulk registers a scatter-gather list of byte slices as read-only
+// (peers GET from it), write-only (peers PUT into it) or read-write
+// (crt_bulk_create); Bulk.Handle is the descriptor a peer needs, and it
+// travels in RPC inputs and outputs (BulkHandle implements
+// BinaryAppender; Bind embeds the origin's rank, tag and URI so a third
+// party can use it). Context.Transfer starts a PUT or GET between a local
+// Bulk and a remote handle (crt_bulk_transfer), completing through
+// progress; TransferWait blocks with a context.Context; BulkTransfer.Abort
+// cancels. The remote side is reached through the incoming RPC that
+// carried the handle (BulkDesc.Via, as CaRT's bd_rpc), the handle's bound
+// origin, or an Endpoint.
+//
+// Bytes are never copied by ferry on the way: a chunk leaves the
+// registered slices by writev, and the messenger reads a chunk's data
+// segment straight into the registered slices it is for (msgr.DataPlacer).
+// The protocol is chosen by size, as libfabric's rxm does: up to
+// BulkOptions.EagerLimit, one message; a PUT up to SegmentLimit is
+// pushed in ChunkSize messages, each acknowledged (segmented); larger
+// PUTs and all larger GETs are pulled by the receiver (rendezvous): it
+// asks for spans of half its window and the holder answers each with
+// chunk-sized messages, sent at low priority so that RPCs overtake the
+// chunks still queued. Each transfer keeps at most Window bytes in
+// flight, and a context at most ConnLimit per connection and
+// ContextLimit in all, shared among its transfers in turn; a slow
+// receiver therefore slows its senders and no side buffers more than
+// these windows.
+//
+// RPC inputs and outputs larger than the eager limit become bulk
+// transfers by themselves (Mercury's overflow): the sender registers the
+// data as a read-only handle, the receiver pulls it before it runs the
+// handler (input) or completes the request (output) and then releases
+// it. A target holds at most OverflowLimit bytes of such inputs for
+// requests it has not answered; beyond it requests wait, unpulled.
+//
+// A transfer completes exactly once: with success, ErrCanceled (Abort),
+// ErrTimedOut, ErrUnreachable (its connection failed), the holder's
+// refusal (ErrNoPerm, ErrInvalid, ErrNotFound) or ErrShutdown. Once it
+// has completed, nothing more lands in its local buffer.
+//
 // # Wire format
 //
 // A request is a message of type 0xFE00, a reply of type 0xFE01 (far
@@ -116,7 +157,9 @@
 // opcode, flags, source and destination rank and tag, deadline, rc, group
 // version; see rpc/internal/wire) followed by the encoded input or
 // output, or by an error text in a reply with a non-zero rc. Raw buffers
-// travel in the data segment. The RPC messages are fast-dispatched, so
+// travel in the data segment. Bulk messages are of type 0xFE02: a 72-byte
+// bulk header (operation, tags, rc, transfer id, handle key, offsets,
+// length) in the front segment and the chunk in the data segment. The RPC messages are fast-dispatched, so
 // they never wait in the messenger's dispatch queue.
 //
 // # Reuse
