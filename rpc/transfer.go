@@ -334,9 +334,12 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	}
 	var out []*msg.Message
 	var fin []*BulkTransfer
+	direct := false
 	switch {
 	case d.Len == 0:
 		fin = c.completeLocked(t, nil)
+	case c.directOK(t):
+		direct = true
 	case d.Op == BulkPut && t.proto == Rendezvous:
 		// Ask the holder of Remote to pull from Local.
 		out = append(out, bulkMsg(&wire.BulkHeader{
@@ -350,6 +353,10 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
+	if direct {
+		c.startDirect(t)
+		return t, nil
+	}
 	c.sendAll(t, out)
 	return t, nil
 }
@@ -758,6 +765,8 @@ func (in *Instance) handleBulk(m *msg.Message) {
 		if v, ok := in.rts.Load(rtsKey{conn, h.Xfer}); ok {
 			v.(*BulkTransfer).fail(&Error{Code: CodeCanceled, Msg: "the initiator aborted the PUT"})
 		}
+	default:
+		in.handleDirect(conn, &h, m)
 	}
 }
 
