@@ -398,6 +398,7 @@ func (c *Context) connFor(ep Endpoint, id uint64) (*msgr.Conn, error) {
 	case err != nil:
 		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: err.Error()}
 	}
+	uri = c.in.selectURI(uri)
 	conn, err := c.in.m.Connect(uri)
 	if err != nil {
 		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "connecting to " + uri, Err: err}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,7 @@ func New(opts Options) (*Instance, error) {
 	if o.Messenger != nil {
 		in.m = o.Messenger
 		if ls := in.m.ListenAddrs(); len(ls) > 0 {
-			in.uri = ls[0]
+			in.uri = strings.Join(ls, ",")
 			in.rank = o.Rank
 		}
 		in.m.AddDispatcherHead(d)
@@ -81,8 +82,8 @@ func New(opts Options) (*Instance, error) {
 		// requests at once (ErrUnreachable) rather than replaying them.
 		m.SetDefaultPolicy(msgr.LossyClient())
 		m.AddDispatcherHead(d)
-		if o.Listen != "" {
-			if err := m.Bind(o.Listen); err != nil {
+		for _, a := range splitURIs(o.Listen) {
+			if err := m.Bind(a); err != nil {
 				m.Shutdown()
 				return nil, err
 			}
@@ -93,7 +94,7 @@ func New(opts Options) (*Instance, error) {
 		}
 		in.m, in.ownM = m, true
 		if o.Listen != "" {
-			in.uri = m.ListenAddrs()[0]
+			in.uri = strings.Join(m.ListenAddrs(), ",")
 			in.rank = o.Rank
 		}
 	}
@@ -106,7 +107,9 @@ func New(opts Options) (*Instance, error) {
 }
 
 // URI returns the address this instance serves on, as peers dial it
-// ("tcp://127.0.0.1:41234"); empty for a client.
+// ("tcp://127.0.0.1:41234"), or its addresses separated by commas when it
+// listens on several ("shm:///run/ferry/r0.sock,tcp://10.0.0.5:41234");
+// empty for a client.
 func (in *Instance) URI() string { return in.uri }
 
 // Rank returns this instance's rank (RankNone for a client).

@@ -45,8 +45,12 @@ func (e Endpoint) String() string { return fmt.Sprintf("%d:%d", e.Rank, e.Tag) }
 // instance on the default TCP transport.
 type Options struct {
 	// Listen is the address to serve on ("tcp://127.0.0.1:0",
-	// "inproc://rank0", "v2:127.0.0.1:3300/0"); empty makes a client-only
-	// instance (CaRT without CRT_FLAG_BIT_SERVER). Ignored with Messenger.
+	// "inproc://rank0", "v2:127.0.0.1:3300/0"), or several separated by
+	// commas ("shm:///run/ferry/r0.sock,tcp://10.0.0.5:0"): the instance
+	// listens on each and its URI lists them all, so that a peer on the
+	// same host picks the fastest (see SelectURI). Empty makes a
+	// client-only instance (CaRT without CRT_FLAG_BIT_SERVER). Not allowed
+	// with Messenger.
 	Listen string
 	// Rank is this instance's rank in its primary group when it listens
 	// (default 0). A client-only instance has RankNone.

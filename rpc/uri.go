@@ -1,0 +1,68 @@
+package rpc
+
+import (
+	"os"
+	"strings"
+
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// splitURIs splits a comma-separated address list, dropping empty items.
+func splitURIs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// transportRank orders transports from the fastest: in-process, shared
+// memory, Unix sockets, then the network.
+var transportRank = map[string]int{"inproc": 0, "shm": 1, "unix": 2}
+
+// SelectURI picks, from a rank's URI that lists several addresses, the
+// one to dial: the fastest transport in reg (in-process, then shared
+// memory, then Unix sockets, then the network) that can reach the peer.
+// A shm or unix address counts only if its socket exists on this host:
+// that is how a peer on another host, whose socket paths are not here,
+// is reached over the network instead. A single address is returned as
+// it is.
+func SelectURI(reg *transport.Registry, uri string) string {
+	list := splitURIs(uri)
+	if len(list) <= 1 {
+		return strings.TrimSpace(uri)
+	}
+	best, bestRank := list[0], 1<<30
+	for _, u := range list {
+		a, err := transport.ParseAddr(u)
+		if err != nil {
+			continue
+		}
+		if _, ok := reg.Lookup(a.Scheme); !ok {
+			continue
+		}
+		r, local := transportRank[a.Scheme]
+		if !local {
+			r = 10
+		}
+		if (a.Scheme == "shm" || a.Scheme == "unix") && !socketHere(a.Host) {
+			continue
+		}
+		if r < bestRank {
+			best, bestRank = u, r
+		}
+	}
+	return best
+}
+
+// socketHere reports whether path names a Unix socket on this host.
+func socketHere(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+func (in *Instance) selectURI(uri string) string {
+	return SelectURI(in.opts.Transports, uri)
+}

@@ -1,0 +1,43 @@
+package rpc_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/shm"
+)
+
+func TestSelectURI(t *testing.T) {
+	dir := t.TempDir()
+	// Real sockets: listen on them.
+	all := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix(), shm.New())
+	for _, a := range []string{"unix://" + filepath.Join(dir, "u.sock"), "shm://" + filepath.Join(dir, "s.sock")} {
+		l, err := all.Listen(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	u, s := "unix://"+filepath.Join(dir, "u.sock"), "shm://"+filepath.Join(dir, "s.sock")
+	tcp := "tcp://127.0.0.1:7"
+	elsewhere := "shm://" + filepath.Join(dir, "not-here.sock") // another host's socket
+	tcpOnly := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
+	for _, tc := range []struct {
+		reg       *transport.Registry
+		uri, want string
+	}{
+		{all, tcp, tcp},
+		{all, tcp + "," + u + "," + s, s},
+		{all, u + "," + tcp, u},
+		{all, tcp + "," + elsewhere, tcp},
+		{tcpOnly, s + "," + tcp, tcp},
+		{all, "bogus:x," + tcp, tcp},
+	} {
+		if got := rpc.SelectURI(tc.reg, tc.uri); got != tc.want {
+			t.Errorf("SelectURI(%q) = %q, want %q", tc.uri, got, tc.want)
+		}
+	}
+}
