@@ -173,6 +173,23 @@ func unixTime(ns int64) time.Time {
 	return time.Unix(0, ns)
 }
 
+// PeerProcess returns the process ID of the peer when the current socket
+// connects two processes on the same host and the kernel vouches for the
+// peer (transport.PeerPID: shm connections and Unix-domain sockets). ok
+// is false on other transports, while no socket is up, and when the
+// peer's process is not visible from this PID namespace. A later socket
+// of the same session may lead to another process.
+func (c *Conn) PeerProcess() (pid int, ok bool) {
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r == nil {
+		return 0, false
+	}
+	pid, err := transport.PeerPID(r.nc)
+	return pid, err == nil && pid > 0
+}
+
 // SetPriv attaches a value to the connection (Ceph's priv).
 func (c *Conn) SetPriv(v any) { c.priv.Store(&v) }
 

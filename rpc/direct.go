@@ -1,20 +1,477 @@
 package rpc
 
+// The direct bulk path (Mercury na+sm's cross-memory attach): when a
+// transfer's connection joins two processes on one host and the kernel
+// vouches for the peer's process ID (msgr.Conn.PeerProcess: shm
+// connections and Unix-domain sockets), the initiator asks the holder of
+// the remote handle for the addresses of the range (BulkDirectReq), and
+// moves the bytes itself between its registered slices and the peer's
+// with process_vm_readv (GET) or process_vm_writev (PUT), then tells the
+// holder it is done with the addresses (BulkDirectDone).
+//
+// The holder checks the request exactly as it checks a GET or PUT chunk
+// (the handle exists, its permission allows the access, the range lies
+// inside it) and keeps a reference to the buffer (a lease) from its
+// answer until BulkDirectDone or the connection's end, so that its
+// garbage collector cannot reuse the memory while the peer may touch it
+// even if the application frees the handle too early.
+//
+// When the kernel refuses (EPERM under a ptrace policy such as Yama's
+// ptrace_scope, or another user's process; ENOSYS), the holder declines,
+// or an address faults, the transfer runs through messages instead, and
+// so do all later transfers on that connection. A peer process that is
+// gone (ESRCH) fails the transfer as a connection fault.
+//
+// A system call moves at most directMaxCall bytes and IOV_MAX slices on
+// each side; between calls the transfer's state is checked, and its
+// completion waits for a call in progress (placing), so a GET never
+// writes into its buffer after it completed and Abort takes effect
+// within one call.
+
 import (
+	"encoding/binary"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
+// Limits of the direct path.
+const (
+	directMaxIov    = 1024    // IOV_MAX: slices per side of one system call
+	directMaxCall   = 4 << 20 // bytes per system call
+	directMaxPairs  = 1 << 16 // address pairs in one BulkDirectInfo
+	directMaxLeases = 4096    // ranges a connection's peer may hold at once
+)
+
+// directConn is the direct path's state of one connection, kept in
+// directConns until the connection closes.
+type directConn struct {
+	conn *msgr.Conn
+	off  atomic.Bool // the initiator falls back to messages for good
+
+	mu      sync.Mutex
+	gone    bool                        // the connection closed
+	leases  map[directKey]*Bulk         // holder: ranges the peer may touch
+	waiting map[directKey]*BulkTransfer // initiator: transfers waiting for their addresses
+}
+
+// directKey names a transfer on a connection: the initiator's tag and
+// transfer id.
+type directKey struct {
+	tag  uint16
+	xfer uint64
+}
+
+// directConns maps each *msgr.Conn that used the direct path to its
+// *directConn. Connections are unique objects, so one map serves every
+// instance of the process.
+var directConns sync.Map
+
+// directStateOf returns conn's state, creating it (and the goroutine
+// that drops it when the connection closes) on first use.
+func directStateOf(conn *msgr.Conn) *directConn {
+	if v, ok := directConns.Load(conn); ok {
+		return v.(*directConn)
+	}
+	d := &directConn{conn: conn, leases: map[directKey]*Bulk{}, waiting: map[directKey]*BulkTransfer{}}
+	if v, loaded := directConns.LoadOrStore(conn, d); loaded {
+		return v.(*directConn)
+	}
+	go d.watch()
+	return d
+}
+
+// watch drops the connection's state when it closes: its leases go, and
+// transfers still waiting fail with the connection (bulkConnFailed).
+func (d *directConn) watch() {
+	<-d.conn.Done()
+	directConns.Delete(d.conn)
+	d.mu.Lock()
+	d.gone = true
+	clear(d.leases)
+	clear(d.waiting)
+	d.mu.Unlock()
+}
+
+// directHooks let tests steer the direct path (see export_direct_test.go).
+var directHooks struct {
+	anySize atomic.Bool                  // every non-empty transfer may go direct, not only those above the eager limit
+	fail    atomic.Pointer[func() error] // an error the system call returns instead of running
+	calls   atomic.Int64                 // system calls made (or failed by fail)
+}
+
+// errNoPeerProcess: the connection has no socket up, so the peer's
+// process is not known.
+var errNoPeerProcess = errors.New("rpc: the peer's process is not known")
+
+// directSeg is a piece of the peer's memory.
+type directSeg struct {
+	addr uintptr
+	n    int
+}
+
 // directOK reports whether t can move by reading or writing the peer's
 // memory directly (a same-host transport that allows it). It is called
-// with the context's bmu held and must not block.
-func (c *Context) directOK(t *BulkTransfer) bool { return false }
+// with the context's bmu held and must not block. A transfer on a
+// connection whose socket is not up yet goes by messages: the peer's
+// process is not known then.
+func (c *Context) directOK(t *BulkTransfer) bool {
+	if !directAvailable || t.conn == nil {
+		return false
+	}
+	// An eager transfer is one round trip by messages already; the
+	// direct path costs one too, plus the copy and a release message.
+	if t.d.Len <= int64(c.in.opts.Bulk.EagerLimit) && !directHooks.anySize.Load() {
+		return false
+	}
+	if v, ok := directConns.Load(t.conn); ok {
+		return !v.(*directConn).off.Load()
+	}
+	if _, ok := t.conn.PeerProcess(); !ok {
+		return false
+	}
+	directStateOf(t.conn)
+	return true
+}
 
 // startDirect runs a transfer directOK accepted; it completes t itself
 // (successfully, or with an error after which the caller may not retry).
 // Called without locks.
-func (c *Context) startDirect(t *BulkTransfer) {}
+func (c *Context) startDirect(t *BulkTransfer) {
+	d := directStateOf(t.conn)
+	k := directKey{c.tag, t.id}
+	d.mu.Lock()
+	gone := d.gone
+	if !gone {
+		d.waiting[k] = t
+	}
+	d.mu.Unlock()
+	if gone {
+		t.fail(&Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})
+		return
+	}
+	h := wire.BulkHeader{Op: wire.BulkDirectReq, SrcTag: c.tag, DstTag: t.d.Remote.Tag, Xfer: t.id,
+		Key: t.d.Remote.Key, Off: uint64(t.d.RemoteOff), Len: uint64(t.d.Len)}
+	if t.d.Op == BulkPut {
+		h.Flags = wire.BulkFlagDirectWrite
+	}
+	m := bulkMsg(&h, nil, msg.PrioDefault)
+	if err := t.conn.Send(m); err != nil {
+		m.Done()
+		d.mu.Lock()
+		delete(d.waiting, k)
+		d.mu.Unlock()
+		t.fail(&Error{Code: CodeUnreachable, Msg: "sending a direct bulk request", Err: err})
+	}
+}
 
 // handleDirect handles the bulk operations of the direct path.
-func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Message) {}
+func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Message) {
+	switch h.Op {
+	case wire.BulkDirectReq:
+		in.serveDirect(conn, h)
+	case wire.BulkDirectInfo:
+		var data []byte
+		if len(m.Data) == 1 {
+			data = m.Data[0]
+		} else {
+			data = m.Data.Bytes()
+		}
+		in.directInfo(conn, h, data)
+	case wire.BulkDirectDone:
+		if v, ok := directConns.Load(conn); ok {
+			d := v.(*directConn)
+			d.mu.Lock()
+			delete(d.leases, directKey{h.SrcTag, h.Xfer})
+			d.mu.Unlock()
+		}
+	default:
+		in.malformed.Add(1)
+	}
+}
+
+// serveDirect answers a BulkDirectReq with the addresses of the range,
+// after the checks serveGet and servePut make.
+func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
+	reply := func(rc Code, flags uint16, data []byte) {
+		r := wire.BulkHeader{Op: wire.BulkDirectInfo, Flags: flags, SrcTag: h.DstTag, DstTag: h.SrcTag, RC: int32(rc),
+			Xfer: h.Xfer, Key: h.Key, Off: h.Off, Len: h.Len}
+		var segs [][]byte
+		if len(data) > 0 {
+			segs = [][]byte{data}
+		}
+		m := bulkMsg(&r, segs, msg.PrioDefault)
+		if err := conn.Send(m); err != nil {
+			m.Done()
+		}
+	}
+	if _, ok := conn.PeerProcess(); !ok || !directAvailable {
+		// Not a peer on this host: its addresses are of no use to it.
+		reply(CodeOK, wire.BulkFlagNoDirect, nil)
+		return
+	}
+	write := h.Flags&wire.BulkFlagDirectWrite != 0
+	b := in.bulks.get(h.Key)
+	switch {
+	case b == nil || b.freed.Load():
+		reply(CodeNotFound, 0, nil)
+		return
+	case write && b.perm&BulkWO == 0, !write && b.perm&BulkRO == 0:
+		reply(CodeNoPerm, 0, nil)
+		return
+	case !b.inRange(h.Off, h.Len):
+		reply(CodeInvalid, 0, nil)
+		return
+	}
+	segs := b.slice(nil, int64(h.Off), int64(h.Len))
+	if len(segs) > directMaxPairs {
+		reply(CodeBusy, 0, nil) // too scattered: by messages
+		return
+	}
+	d := directStateOf(conn)
+	k := directKey{h.SrcTag, h.Xfer}
+	d.mu.Lock()
+	if d.gone || len(d.leases) >= directMaxLeases {
+		d.mu.Unlock()
+		reply(CodeBusy, 0, nil)
+		return
+	}
+	d.leases[k] = b
+	d.mu.Unlock()
+	data := make([]byte, 0, len(segs)*wire.DirectPairLen)
+	for _, s := range segs {
+		data = binary.LittleEndian.AppendUint64(data, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s)))))
+		data = binary.LittleEndian.AppendUint64(data, uint64(len(s)))
+	}
+	reply(CodeOK, 0, data)
+}
+
+// directInfo takes the holder's answer: it starts the copy, or falls
+// back to messages, or fails the transfer.
+func (in *Instance) directInfo(conn *msgr.Conn, h *wire.BulkHeader, data []byte) {
+	granted := h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0
+	var t *BulkTransfer
+	d := directStateOf(conn)
+	k := directKey{h.DstTag, h.Xfer}
+	d.mu.Lock()
+	if w := d.waiting[k]; w != nil {
+		t = w
+		delete(d.waiting, k)
+	}
+	d.mu.Unlock()
+	c := in.Context(h.DstTag)
+	if t == nil || c == nil || t.c != c || t.conn != conn {
+		if granted {
+			directDone(conn, h)
+		}
+		return
+	}
+	var segs []directSeg
+	var bad bool
+	if granted {
+		segs, bad = parseDirect(data, h.Len, uint64(t.d.Len))
+	}
+	var out []*msg.Message
+	var fin []*BulkTransfer
+	start := false
+	c.bmu.Lock()
+	switch {
+	case t.state != xActive:
+	case h.Flags&wire.BulkFlagNoDirect != 0:
+		d.off.Store(true)
+		out = c.fallbackLocked(t)
+	case h.RC == int32(CodeBusy):
+		out = c.fallbackLocked(t)
+	case h.RC != int32(CodeOK):
+		what := "bulk GET refused"
+		if t.d.Op == BulkPut {
+			what = "bulk PUT refused"
+		}
+		fin = c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: what})
+	case bad:
+		fin = c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bad direct bulk addresses"})
+	default:
+		t.placing++ // completion waits for the copy
+		start = true
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	if !start {
+		if granted {
+			directDone(conn, h)
+		}
+		c.sendAll(t, out)
+		return
+	}
+	// A copy no larger than a transfer's window runs on the connection's
+	// reader goroutine, which received the addresses (the message path
+	// would read that much data there too, and a hand-off to another
+	// goroutine can cost a thread wake-up); a larger one on its own
+	// goroutine, so the reader goes on with other messages.
+	if t.d.Len <= int64(c.in.opts.Bulk.Window) {
+		c.directCopy(t, d, h, segs)
+		return
+	}
+	go c.directCopy(t, d, h, segs)
+}
+
+// parseDirect decodes the address pairs of a BulkDirectInfo for n bytes
+// (the transfer's length, which the answer's must equal).
+func parseDirect(data []byte, hlen, n uint64) ([]directSeg, bool) {
+	if hlen != n || len(data)%wire.DirectPairLen != 0 || len(data)/wire.DirectPairLen > directMaxPairs {
+		return nil, true
+	}
+	segs := make([]directSeg, 0, len(data)/wire.DirectPairLen)
+	var sum uint64
+	for p := data; len(p) > 0; p = p[wire.DirectPairLen:] {
+		a, l := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:])
+		if l == 0 || l > n-sum || a+l < a || uint64(uintptr(a)) != a {
+			return nil, true
+		}
+		sum += l
+		segs = append(segs, directSeg{uintptr(a), int(l)})
+	}
+	return segs, sum != n
+}
+
+// directDone tells the holder it may drop the lease of h's range.
+func directDone(conn *msgr.Conn, h *wire.BulkHeader) {
+	r := wire.BulkHeader{Op: wire.BulkDirectDone, SrcTag: h.DstTag, DstTag: h.SrcTag, Xfer: h.Xfer, Key: h.Key, Off: h.Off, Len: h.Len}
+	m := bulkMsg(&r, nil, msg.PrioDefault)
+	if err := conn.Send(m); err != nil {
+		m.Done() // the connection is gone, and the lease with it
+	}
+}
+
+// directCopy moves t's bytes with system calls, then completes t (or
+// falls back to messages, or fails it). t.placing was raised for it.
+func (c *Context) directCopy(t *BulkTransfer, d *directConn, h *wire.BulkHeader, segs []directSeg) {
+	pid, ok := t.conn.PeerProcess()
+	var err error
+	if !ok {
+		err = errNoPeerProcess
+	}
+	offs := make([]int64, len(segs)) // offs[i]: where segs[i] starts in the transfer
+	var o int64
+	for i, s := range segs {
+		offs[i] = o
+		o += int64(s.n)
+	}
+	write := t.d.Op == BulkPut
+	var moved int64
+	for err == nil && moved < t.d.Len {
+		c.bmu.Lock()
+		active := t.state == xActive
+		c.bmu.Unlock()
+		if !active {
+			break
+		}
+		var k int
+		k, err = directCall(pid, write, t.d.Local, t.d.LocalOff+moved, segs, offs, moved, t.d.Len-moved)
+		moved += int64(k)
+		if err == nil && k == 0 {
+			err = syscall.EFAULT
+		}
+		if err == syscall.EINTR || err == syscall.EAGAIN {
+			err = nil
+		}
+	}
+	directDone(t.conn, h)
+
+	sends := map[*BulkTransfer][]*msg.Message{}
+	var out []*msg.Message
+	var fin []*BulkTransfer
+	c.bmu.Lock()
+	t.placing--
+	switch {
+	case t.state == xFinishing:
+		if t.placing == 0 {
+			t.state = xFinished
+			delete(c.finishing, t.id)
+			fin = append(fin, t)
+		}
+	case t.state != xActive:
+	case err == nil:
+		c.nDirect++
+		fin = c.landedLocked(t, t.d.Len, sends)
+	case errors.Is(err, syscall.ESRCH):
+		fin = c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "the peer process is gone", Err: err})
+	case err == errNoPeerProcess:
+		out = c.fallbackLocked(t) // no socket up just now: by messages, this once
+	default:
+		// EPERM, EACCES (the kernel's ptrace policy), ENOSYS, EFAULT
+		// (the peer's addresses do not hold the range)...: this
+		// connection uses messages from now on.
+		d.off.Store(true)
+		c.in.log.Debug("direct bulk path refused; using messages", "tag", c.tag, "err", err)
+		out = c.fallbackLocked(t)
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+	c.sendAll(t, out)
+	for t, out := range sends {
+		c.sendAll(t, out)
+	}
+}
+
+// directCall makes one system call for up to n bytes: local's bytes at
+// loff against the peer's segments (offs: their offsets in the transfer)
+// at pos. It returns the bytes moved.
+func directCall(pid int, write bool, local *Bulk, loff int64, segs []directSeg, offs []int64, pos, n int64) (int, error) {
+	n = min(n, directMaxCall)
+	lv := local.slice(make([][]byte, 0, 8), loff, n)
+	if len(lv) > directMaxIov {
+		lv = lv[:directMaxIov]
+		n = 0
+		for _, s := range lv {
+			n += int64(len(s))
+		}
+	}
+	i := sort.Search(len(offs), func(i int) bool { return offs[i] > pos }) - 1
+	rv := make([]directSeg, 0, 8)
+	for left, at := n, pos; left > 0 && len(rv) < directMaxIov; i++ {
+		s := segs[i]
+		skip := at - offs[i]
+		p := directSeg{s.addr + uintptr(skip), int(min(int64(s.n)-skip, left))}
+		rv = append(rv, p)
+		left -= int64(p.n)
+		at += int64(p.n)
+	}
+	var rn int64
+	for _, s := range rv {
+		rn += int64(s.n)
+	}
+	if rn < n {
+		// The peer's side hit IOV_MAX first: trim the local side.
+		n = rn
+		lv = local.slice(lv[:0], loff, n)
+	}
+	directHooks.calls.Add(1)
+	if f := directHooks.fail.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			return 0, err
+		}
+	}
+	return processVM(pid, write, lv, rv)
+}
+
+// fallbackLocked starts t by messages, as startOn would have.
+func (c *Context) fallbackLocked(t *BulkTransfer) []*msg.Message {
+	d := &t.d
+	if d.Op == BulkPut && t.proto == Rendezvous {
+		t.next = d.Len // the peer pulls it all; its final ack lands it
+		return []*msg.Message{bulkMsg(&wire.BulkHeader{
+			Op: wire.BulkRTS, SrcTag: c.tag, DstTag: d.Remote.Tag, Xfer: t.id,
+			Key: d.Remote.Key, Off: uint64(d.RemoteOff), Len: uint64(d.Len),
+			Key2: d.Local.key, Off2: uint64(d.LocalOff),
+		}, nil, msg.PrioDefault)}
+	}
+	return c.issueLocked(t, nil)
+}

@@ -189,6 +189,7 @@ type bulkState struct {
 	nDone     uint64
 	nFailed   uint64
 	bytes     uint64
+	nDirect   uint64 // transfers that took the direct path (direct.go)
 }
 
 // TransferWait runs a transfer and waits for it (no progress needed). If
@@ -259,7 +260,7 @@ func (c *Context) transferConn(d *BulkDesc) (*msgr.Conn, error) {
 		if c.in.group.Has(d.Remote.Rank) {
 			return c.endpointConn(Endpoint{Rank: d.Remote.Rank, Tag: d.Remote.Tag})
 		}
-		conn, err := c.in.m.Connect(d.Remote.URI)
+		conn, err := c.in.m.Connect(c.in.selectURI(d.Remote.URI))
 		if err != nil {
 			return nil, &Error{Code: CodeUnreachable, Msg: "connecting to " + d.Remote.URI, Err: err}
 		}
@@ -610,13 +611,14 @@ type BulkStats struct {
 	Bytes     uint64 // bytes moved
 	InFlight  int64  // bytes requested or sent and not yet landed
 	Parked    int    // transfers waiting for a shared window
+	Direct    uint64 // transfers that succeeded by the direct path (process_vm_readv/writev)
 }
 
 // BulkStats returns the context's transfer counters.
 func (c *Context) BulkStats() BulkStats {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
-	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked)}
+	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect}
 }
 
 // ---- receiving side: the dispatcher's part ----

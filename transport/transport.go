@@ -47,6 +47,9 @@ var (
 	ErrAddrInUse = errors.New("transport: address in use")
 	// ErrBadConfig reports invalid transport options.
 	ErrBadConfig = errors.New("transport: invalid configuration")
+	// ErrUnsupported reports an optional capability that a connection
+	// does not have, such as PeerPID on a TCP connection.
+	ErrUnsupported = errors.New("transport: not supported by this connection")
 )
 
 // Conn is a connected, ordered, reliable byte stream. Every transport's
@@ -55,6 +58,33 @@ var (
 // match os.ErrDeadlineExceeded, and a Write call is never interleaved with
 // another Write on the same Conn.
 type Conn = net.Conn
+
+// PeerProcess is an optional capability of a Conn whose peer is a
+// process on the same host: Unix-domain sockets and shm connections have
+// it. Callers use the PeerPID function, which also covers the net
+// package's *net.UnixConn.
+type PeerProcess interface {
+	// PeerPID returns the peer's process ID as the kernel reports it
+	// (SO_PEERCRED, seen from this process's PID namespace), or an error
+	// matching ErrUnsupported when it is not known.
+	PeerPID() (int, error)
+}
+
+// PeerPID returns the process ID of c's peer when c connects two
+// processes on the same host and the kernel vouches for the peer's
+// identity: a Conn that implements PeerProcess, or a *net.UnixConn
+// (SO_PEERCRED, Linux only). Otherwise, or when the peer lives in a PID
+// namespace this process cannot see, the error matches ErrUnsupported.
+// A peer in the same process gets this process's ID.
+func PeerPID(c Conn) (int, error) {
+	switch pc := c.(type) {
+	case PeerProcess:
+		return pc.PeerPID()
+	case *net.UnixConn:
+		return unixPeerPID(pc)
+	}
+	return 0, ErrUnsupported
+}
 
 // Listener accepts connections for one transport address. Its methods are
 // safe for concurrent use.

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // Layout of the shared mapping: a header page, then ring 0 (written by
@@ -76,7 +78,8 @@ type Conn struct {
 	mask   uint64
 	out    []byte // ring this side writes
 	in     []byte // ring this side reads
-	spin   int
+	spin   spinning
+	rspin  time.Duration // the adaptive read spin; guarded by readMu
 	local  net.Addr
 	remote net.Addr
 
@@ -85,6 +88,7 @@ type Conn struct {
 	myWake, peerWake                 *atomic.Uint64
 
 	sock *net.UnixConn // kept open to notice the peer's death
+	pid  int           // the peer's process ID (SO_PEERCRED); 0 if not known
 	own  *os.File      // this side's eventfd, read through the netpoller
 	peer *os.File      // the peer's eventfd, written to wake it
 
@@ -98,10 +102,12 @@ type Conn struct {
 	wdl    atomic.Int64 // write deadline
 
 	mu      sync.Mutex
-	changed chan struct{} // closed on every wake-up; nil until awaited
-	bye     sync.Once     // one eventfd write to the peer on close
+	changed chan struct{} // closed on every broadcast; nil until awaited
+	gen     atomic.Uint64 // counts broadcasts
+	polling atomic.Bool   // a waiter sleeps in a read of the own eventfd
+	kickBuf [8]byte       // eventfd increment that wakes the local poller
 
-	done sync.WaitGroup // the waker and monitor goroutines
+	done sync.WaitGroup // the monitor goroutine
 }
 
 func word(mem []byte, off int) *atomic.Uint64 {
@@ -111,7 +117,7 @@ func word(mem []byte, off int) *atomic.Uint64 {
 // newConn builds side's end over mem; ownFD and peerFD are the
 // nonblocking eventfds that wake this side and the peer. It takes
 // ownership of mem, sock and both descriptors.
-func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerFD int, spin int) *Conn {
+func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerFD int, spin spinning) *Conn {
 	other := 1 - side
 	c := &Conn{
 		side:       side,
@@ -134,26 +140,36 @@ func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerF
 		peer:       os.NewFile(uintptr(peerFD), "shm-eventfd-peer"),
 	}
 	binary.NativeEndian.PutUint64(c.wakeBuf[:], 1) // eventfd counters are host-endian
+	c.kickBuf = c.wakeBuf
+	if pid, err := transport.SocketPeerPID(sock); err == nil {
+		c.pid = pid
+	}
 	return c
 }
 
-// start launches the goroutine that turns eventfd wake-ups into local
-// broadcasts and the one that watches the socket for the peer's death.
-func (c *Conn) start() {
-	c.done.Add(2)
-	go c.waker()
-	go c.monitor()
+// PeerPID returns the peer's process ID as the kernel recorded it for
+// the connection's Unix socket (SO_PEERCRED), not as the peer claims
+// it; it implements transport.PeerProcess. The error matches
+// transport.ErrUnsupported when the peer's process is not visible from
+// this PID namespace, and net.ErrClosed or ErrPeerLost once the
+// connection is closed or the peer went away.
+func (c *Conn) PeerPID() (int, error) {
+	switch {
+	case c.closed.Load():
+		return 0, c.opError("peerpid", net.ErrClosed)
+	case c.broken.Load():
+		return 0, c.opError("peerpid", errPeerLost)
+	case c.pid == 0:
+		return 0, transport.ErrUnsupported
+	}
+	return c.pid, nil
 }
 
-func (c *Conn) waker() {
-	defer c.done.Done()
-	var b [8]byte
-	for {
-		if _, err := c.own.Read(b[:]); err != nil {
-			return
-		}
-		c.broadcast()
-	}
+// start launches the goroutine that watches the socket for the peer's
+// death.
+func (c *Conn) start() {
+	c.done.Add(1)
+	go c.monitor()
 }
 
 func (c *Conn) monitor() {
@@ -180,14 +196,19 @@ func (c *Conn) release() {
 	c.mem = nil
 }
 
-// broadcast wakes every local waiter.
+// broadcast wakes every local waiter: those waiting on the channel, and
+// the poller, through its own eventfd.
 func (c *Conn) broadcast() {
+	c.gen.Add(1)
 	c.mu.Lock()
 	if c.changed != nil {
 		close(c.changed)
 		c.changed = nil
 	}
 	c.mu.Unlock()
+	if c.polling.Load() {
+		c.own.Write(c.kickBuf[:]) // fails only once closed, when the poller has returned
+	}
 }
 
 // notify wakes the peer if it said it may sleep. Call after publishing
@@ -199,9 +220,19 @@ func (c *Conn) notify() {
 	}
 }
 
-// wait sleeps until a broadcast, ready() holds, or the deadline dl (Unix
-// nanoseconds, 0 for none) passes.
+// wait sleeps until a wake-up from the peer, a broadcast, or the
+// deadline dl (Unix nanoseconds, 0 for none); ready() is checked after
+// the wake flag is up.
+//
+// One waiter at a time, the poller, sleeps in a read of this side's
+// eventfd, in the netpoller: the peer's write to it makes the poller's
+// goroutine runnable directly, with no hand-off through another
+// goroutine (each such hop can cost a thread wake-up, tens of
+// microseconds on a small VM). A second waiter (a Write waiting for room
+// while a Read waits for bytes) waits for the broadcast the poller makes
+// when it returns, and then polls itself if it still has to wait.
 func (c *Conn) wait(dl int64, ready func() bool) {
+	g := c.gen.Load()
 	c.mu.Lock()
 	if c.changed == nil {
 		c.changed = make(chan struct{})
@@ -210,6 +241,17 @@ func (c *Conn) wait(dl int64, ready func() bool) {
 	c.mu.Unlock()
 	publish(c.myWake, 1)
 	if ready() || c.closed.Load() || c.broken.Load() {
+		return
+	}
+	if c.polling.CompareAndSwap(false, true) {
+		// A broadcast since g (a new deadline, Close, the peer's death)
+		// either saw polling set and kicks the eventfd, or is seen here.
+		if c.gen.Load() == g {
+			c.poll(dl)
+		}
+		c.myWake.Store(0) // awake: the peer need not write the eventfd
+		c.polling.Store(false)
+		c.broadcast() // a waiter on the channel rechecks, and polls if it must
 		return
 	}
 	if dl == 0 {
@@ -224,17 +266,52 @@ func (c *Conn) wait(dl int64, ready func() bool) {
 	t.Stop()
 }
 
-// spinUntil polls ready up to c.spin times.
-func (c *Conn) spinUntil(ready func() bool) bool {
-	for i := range c.spin {
+// poll sleeps in a read of this side's eventfd until the peer or a
+// broadcast writes it, or the deadline dl passes. Only the poller reads
+// the eventfd and sets its deadline.
+func (c *Conn) poll(dl int64) {
+	var d time.Time
+	if dl != 0 {
+		d = time.Unix(0, dl)
+	}
+	if c.own.SetReadDeadline(d) != nil {
+		return // closed
+	}
+	var b [8]byte
+	c.own.Read(b[:]) // a count, or the deadline's or Close's error: the caller rechecks
+}
+
+// spinUntil polls ready c.spin.polls times, and then on until the
+// time since from (Unix nanoseconds) reaches d.
+func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration) bool {
+	for i := 0; ; i++ {
 		if ready() {
 			return true
 		}
 		if i%64 == 63 {
+			if i >= c.spin.polls && (d <= 0 || time.Now().UnixNano()-from >= int64(d)) {
+				return false
+			}
 			runtime.Gosched()
 		}
+		if c.spin.polls == 0 {
+			return false
+		}
 	}
-	return false
+}
+
+// adaptRead sets the adaptive read spin after a wait of w: up to twice
+// a wait that ended within the bound, decaying by 1/8 per wait; halved
+// after a longer one.
+func (c *Conn) adaptRead(w time.Duration) {
+	if c.spin.max <= 0 {
+		return
+	}
+	if w > c.spin.max {
+		c.rspin /= 2
+		return
+	}
+	c.rspin = max(c.rspin-c.rspin/8, min(2*w, c.spin.max))
 }
 
 func (c *Conn) readable() bool {
@@ -256,6 +333,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	spun := false
+	var since int64 // when the ring was first found empty, Unix nanoseconds
 	for {
 		switch {
 		case c.closed.Load():
@@ -278,14 +356,20 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if n > 0 {
 			c.notify()
+			if since != 0 {
+				c.adaptRead(time.Duration(time.Now().UnixNano() - since))
+			}
 			return n, nil
 		}
 		if peerClosed {
 			return 0, io.EOF
 		}
+		if since == 0 {
+			since = time.Now().UnixNano()
+		}
 		if !spun {
 			spun = true
-			if c.spinUntil(c.readable) {
+			if c.spinUntil(c.readable, since, c.rspin) {
 				continue
 			}
 		}
@@ -354,7 +438,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			if c.spinUntil(c.writable) {
+			if c.spinUntil(c.writable, 0, 0) {
 				continue
 			}
 		}

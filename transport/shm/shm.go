@@ -13,10 +13,11 @@
 // as long as one side keeps it mapped.
 //
 // Write copies into the outgoing ring and Read copies out of the incoming
-// one. A side with nothing to do spins briefly (Options.Spin) and then
-// sleeps on its eventfd, read through the Go netpoller; the other side
-// writes the eventfd only when the sleeper has said it is about to sleep,
-// so a busy stream makes no system calls.
+// one. A side with nothing to do spins briefly (Options.Spin, and
+// longer, up to Options.MaxSpin, when its recent waits were short) and
+// then sleeps on its eventfd, read through the Go netpoller; the other
+// side writes the eventfd only when the sleeper has said it is about to
+// sleep, so a busy stream makes no system calls.
 //
 // The Unix socket stays open for the life of the connection and carries
 // nothing after the handshake. When the peer process dies, even by
@@ -26,8 +27,10 @@
 // shared header first, so its bytes are drained and then Read returns
 // io.EOF.
 //
-// Bulk transfers straight between the two processes' buffers
-// (process_vm_readv) are not part of this package yet.
+// A Conn knows its peer's process ID as the kernel reports it for the
+// Unix socket (PeerPID, transport.PeerProcess), which lets package rpc
+// move bulk transfers straight between the two processes' registered
+// buffers with process_vm_readv and process_vm_writev.
 package shm
 
 import (
@@ -108,8 +111,19 @@ type Options struct {
 	// Spin is how many times Read and Write poll the ring before they
 	// sleep on the eventfd; a poll takes a few nanoseconds, and every
 	// 64th yields the processor. Zero means the default (4096, about
-	// 15 µs); a negative value sleeps at once.
+	// 15 µs); a negative value sleeps at once, and turns MaxSpin off.
 	Spin int
+	// MaxSpin bounds the adaptive spin of Read: after a wait for bytes
+	// that ended within MaxSpin, the next wait polls for up to twice as
+	// long before it sleeps (decaying by 1/8 per wait), and a longer
+	// wait halves that time again. A stream whose messages come at
+	// short, regular intervals (a bulk transfer's requests between
+	// copies) thus stays awake through them instead of paying a
+	// wake-up for each, which costs 50–150 µs on a small VM; a stream
+	// that falls idle spins at most this long per idle period. Zero
+	// means the default (250 µs); a negative value polls only Spin
+	// times.
+	MaxSpin time.Duration
 	// HandshakeTimeout bounds how long Accept waits for a new dialer's
 	// setup message. Zero means 5 s.
 	HandshakeTimeout time.Duration
@@ -137,14 +151,30 @@ func (o Options) ringSize() int {
 	return o.RingSize
 }
 
-func (o Options) spin() int {
+// defaultMaxSpin is Options.MaxSpin's default.
+const defaultMaxSpin = 250 * time.Microsecond
+
+// spinning is how a connection spins: polls before sleeping, and the
+// bound of the adaptive read spin (0: off).
+type spinning struct {
+	polls int
+	max   time.Duration
+}
+
+func (o Options) spin() spinning {
 	switch {
-	case o.Spin == 0:
-		return defaultSpin
 	case o.Spin < 0:
-		return 0
+		return spinning{}
+	case o.Spin == 0:
+		o.Spin = defaultSpin
 	}
-	return o.Spin
+	switch {
+	case o.MaxSpin < 0:
+		o.MaxSpin = 0
+	case o.MaxSpin == 0:
+		o.MaxSpin = defaultMaxSpin
+	}
+	return spinning{polls: o.Spin, max: o.MaxSpin}
 }
 
 func (o Options) handshakeTimeout() time.Duration {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,7 +30,14 @@ const (
 	envPeerMode = "FERRY_SHM_TEST_PEER" // "echo"
 	envPeerAddr = "FERRY_SHM_TEST_ADDR"
 	envPeerSize = "FERRY_SHM_TEST_SIZE" // if set, echo in messages of this many bytes
+	envPeerSpin = "FERRY_SHM_TEST_SPIN" // if set, the peer's Options.Spin
 )
+
+// peerTransport is the peer process's shm transport.
+func peerTransport() *Transport {
+	spin, _ := strconv.Atoi(os.Getenv(envPeerSpin))
+	return NewWithOptions(Options{Spin: spin})
+}
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(envPeerMode); mode != "" {
@@ -52,7 +60,7 @@ func runPeer(mode, addr string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := transport.NewRegistry(New(), transport.NewUnix()).DialAddr(ctx, a)
+	c, err := transport.NewRegistry(peerTransport(), transport.NewUnix()).DialAddr(ctx, a)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dial:", err)
 		return 1
@@ -498,4 +506,125 @@ func firstDiff(a, b []byte) int {
 		return min(len(a), len(b))
 	}
 	return -1
+}
+
+// TestDuplexWaiters runs both directions at once through the smallest
+// ring without spinning, so that on each side a Write waits for room
+// while a Read waits for bytes (one of them polls the eventfd, the other
+// waits for its broadcast), while another goroutine keeps moving the
+// deadlines (which kicks the poller), or not (then only the waiters'
+// own broadcasts wake each other). Every byte arrives in order.
+func TestDuplexWaiters(t *testing.T) {
+	for _, kick := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deadlines=%v", kick), func(t *testing.T) { duplexWaiters(t, kick) })
+	}
+}
+
+func duplexWaiters(t *testing.T, kick bool) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: -1}), sockAddr(t))
+	const total = 8 << 20
+	want := make([]byte, total)
+	rand.NewChaCha8([32]byte{9}).Read(want)
+	stop := make(chan struct{})
+	kicked := make(chan struct{})
+	go func() {
+		defer close(kicked)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !kick {
+				return
+			}
+			dl := time.Now().Add(time.Duration(20+i%5) * time.Second)
+			c.SetReadDeadline(dl)
+			s.SetWriteDeadline(dl)
+			runtime.Gosched()
+		}
+	}()
+	errs := make(chan error, 4)
+	for _, ends := range [][2]net.Conn{{c, s}, {s, c}} {
+		w, r := ends[0], ends[1]
+		go func() {
+			rng := rand.New(rand.NewPCG(1, 2))
+			for off := 0; off < total; {
+				n := min(1+rng.IntN(3*MinRingSize), total-off)
+				if _, err := w.Write(want[off : off+n]); err != nil {
+					errs <- fmt.Errorf("write: %w", err)
+					return
+				}
+				off += n
+			}
+			errs <- nil
+		}()
+		go func() {
+			got := make([]byte, total)
+			rng := rand.New(rand.NewPCG(3, 4))
+			for off := 0; off < total; {
+				n, err := r.Read(got[off:min(off+1+rng.IntN(2*MinRingSize), total)])
+				if err != nil {
+					errs <- fmt.Errorf("read after %d bytes: %w", off, err)
+					return
+				}
+				off += n
+			}
+			if !bytes.Equal(got, want) {
+				errs <- fmt.Errorf("bytes differ, first at %d", firstDiff(got, want))
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the duplex transfer hangs")
+		}
+	}
+	close(stop)
+	<-kicked
+}
+
+// TestAdaptiveSpin checks the adaptive read spin's rule: it follows short
+// waits up to twice their length, decays slowly, is bounded by MaxSpin,
+// halves after a long wait, and stays off when MaxSpin or Spin is
+// negative.
+func TestAdaptiveSpin(t *testing.T) {
+	const us = time.Microsecond
+	c := &Conn{spin: Options{}.spin()}
+	if c.spin.max != defaultMaxSpin || c.spin.polls != defaultSpin {
+		t.Fatalf("default spinning %+v", c.spin)
+	}
+	c.adaptRead(20 * us)
+	if c.rspin != 40*us {
+		t.Fatalf("after a 20 µs wait: %v, want 40µs", c.rspin)
+	}
+	c.adaptRead(130 * us)
+	if c.rspin != 250*us {
+		t.Fatalf("after a 130 µs wait: %v, want the 250µs bound", c.rspin)
+	}
+	c.adaptRead(20 * us) // decays by 1/8, not down to 40 µs
+	if want := 250*us - 250*us/8; c.rspin != want {
+		t.Fatalf("after a short wait: %v, want %v", c.rspin, want)
+	}
+	for range 3 {
+		c.adaptRead(time.Second)
+	}
+	if want := (250*us - 250*us/8) / 8; c.rspin != want {
+		t.Fatalf("after three long waits: %v, want %v", c.rspin, want)
+	}
+	for _, o := range []Options{{MaxSpin: -1}, {Spin: -1}} {
+		c := &Conn{spin: o.spin()}
+		c.adaptRead(20 * us)
+		if c.rspin != 0 {
+			t.Fatalf("options %+v: adaptive spin %v, want off", o, c.rspin)
+		}
+	}
 }

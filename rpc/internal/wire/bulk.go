@@ -19,12 +19,25 @@ const (
 	BulkRTS     uint8 = 5 // rendezvous PUT: pull Len bytes from handle Key2 at Off2 into Key at Off
 	BulkRelease uint8 = 6 // the origin is done with an overflow handle Key: free it
 	BulkCancel  uint8 = 7 // the initiator aborted rendezvous PUT Xfer: stop pulling it
+
+	// The direct path, between processes on one host: the initiator asks
+	// for the addresses of a range and reads or writes them itself
+	// (process_vm_readv, process_vm_writev).
+	BulkDirectReq  uint8 = 8  // the addresses of Len bytes at Off of handle Key (BulkFlagDirectWrite: to write them); answered by one BulkDirectInfo
+	BulkDirectInfo uint8 = 9  // the answer: data holds (address u64, length u64) pairs covering the range, in order (RC != 0 or BulkFlagNoDirect: refused); the holder keeps the range until BulkDirectDone
+	BulkDirectDone uint8 = 10 // the initiator is done with the addresses BulkDirectInfo gave for Xfer
 )
 
 // Bulk header flags. Wire constants; append only.
 const (
-	BulkFlagFinal uint16 = 1 << 0 // BulkAck: the whole rendezvous transfer is done
+	BulkFlagFinal       uint16 = 1 << 0 // BulkAck: the whole rendezvous transfer is done
+	BulkFlagDirectWrite uint16 = 1 << 1 // BulkDirectReq: the initiator will write the range (PUT)
+	BulkFlagNoDirect    uint16 = 1 << 2 // BulkDirectInfo: the holder serves no direct access on this connection; use messages
 )
+
+// DirectPairLen is the encoded length of one (address, length) pair of a
+// BulkDirectInfo.
+const DirectPairLen = 16
 
 // BulkHeaderLen is the length of a version 1 bulk header.
 const BulkHeaderLen = 72
@@ -100,7 +113,7 @@ func DecodeBulk(front []byte) (h BulkHeader, err error) {
 		return h, ErrBulkHeader
 	}
 	h.Op = front[1]
-	if h.Op < BulkGetReq || h.Op > BulkCancel {
+	if h.Op < BulkGetReq || h.Op > BulkDirectDone {
 		return h, ErrBulkHeader
 	}
 	h.Flags = binary.LittleEndian.Uint16(front[2:])
