@@ -2,10 +2,16 @@ package msgr
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
@@ -33,12 +39,18 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	inj := m.cfg.Inject.SocketFailures
 	var scratch []byte
 	var ph *msg.Header // the header offered to DataPlacers; allocated on first use
+	w := &c.ws
+	lw := newLowat(r)
 	ackDue := false
 	for {
 		if inj > 0 && injectHit(inj) {
 			return ErrInjectedFailure
 		}
 		n, retain := e.Need()
+		if w.pending.Load() && br.Buffered() < n {
+			// About to wait for the socket: write what was left for us.
+			c.flushPending(r)
+		}
 		var buf []byte
 		var held int64 // throttle budget taken for this frame
 		var recvStamp time.Time
@@ -48,7 +60,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		read := false         // the frame was read and fed by readPlaced
 		if retain {
 			recvStamp = time.Now()
-			if err := c.takeBudget(&pol, int64(n)); err != nil {
+			if err := c.takeBudget(&pol, int64(n), r); err != nil {
 				return err
 			}
 			held = int64(n)
@@ -59,7 +71,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 							ph = new(msg.Header)
 						}
 						var err error
-						evs, placer, release, read, err = c.readPlaced(br, e, n, sp, *ps, ph)
+						evs, placer, release, read, err = c.readPlaced(lw, br, e, n, sp, *ps, ph)
 						if err != nil {
 							c.putBudget(&pol, held)
 							return err
@@ -77,7 +89,9 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			buf = scratch[:n]
 		}
 		if !read {
-			if _, err := io.ReadFull(br, buf); err != nil {
+			err := lw.read(br, buf, len(buf))
+			lw.set(1)
+			if err != nil {
 				c.putBudget(&pol, held)
 				return err
 			}
@@ -154,10 +168,13 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		if ackDue && br.Buffered() == 0 {
 			// Acknowledge once per burst of messages read, not per message;
 			// a message going the other way would carry the ack anyway.
+			// The reader writes it with what it queued while delivering,
+			// at the top of the loop.
 			ackDue = false
 			c.mu.Lock()
 			c.ackPending = true
-			c.tryInline()
+			c.mu.Unlock()
+			w.pending.Store(true)
 		}
 	}
 }
@@ -180,7 +197,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 //
 // On any error after placing it calls the placer's UnplaceData. *ph is the
 // header offered to the placers.
-func (c *Conn) readPlaced(br *bufio.Reader, e *msgr2.Engine, n int, sp msgr2.BodySplit, placers []DataPlacer, ph *msg.Header) (evs []msgr2.Event, placer DataPlacer, release func(*msg.Message), read bool, err error) {
+func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, sp msgr2.BodySplit, placers []DataPlacer, ph *msg.Header) (evs []msgr2.Event, placer DataPlacer, release func(*msg.Message), read bool, err error) {
 	var head, body []byte
 	head, err = br.Peek(sp.Head)
 	if errors.Is(err, bufio.ErrBufferFull) {
@@ -220,12 +237,15 @@ func (c *Conn) readPlaced(br *bufio.Reader, e *msgr2.Engine, n int, sp msgr2.Bod
 		head, tail = body[:sp.Head], body[sp.Head:]
 		_, err = io.ReadFull(br, head)
 	}
+	left := sp.Data
 	for _, p := range placed {
 		if err != nil {
 			break
 		}
-		_, err = io.ReadFull(br, p)
+		err = lw.read(br, p, left)
+		left -= len(p)
 	}
+	lw.set(1)
 	if err == nil {
 		_, err = io.ReadFull(br, tail)
 	}
@@ -237,6 +257,65 @@ func (c *Conn) readPlaced(br *bufio.Reader, e *msgr2.Engine, n int, sp msgr2.Bod
 		return nil, nil, nil, true, err
 	}
 	return evs, placer, release, true, nil
+}
+
+// Reading large data (placed, or into a body buffer), the reader raises the socket's receive low
+// water mark (SO_RCVLOWAT) so that it is woken once per lowatMax bytes
+// rather than for every segment that arrives: each wake-up costs the
+// sender (whose write delivers the segment and wakes the reader) as much
+// as copying tens of kilobytes. The mark never exceeds what is left of
+// the frame, so a peer that sends nothing more still completes it.
+const (
+	lowatMin = 256 << 10 // data at least this large is read with a raised mark
+	lowatMax = 256 << 10
+)
+
+// lowat is the reader's handle on its socket's receive low water mark
+// (one per socket, so that changing it does not allocate).
+type lowat struct {
+	raw  syscall.RawConn // nil if the connection is not a socket
+	mark int             // the mark in force (1 is the kernel's default)
+	v    int
+	fn   func(uintptr)
+}
+
+func newLowat(r *socketRun) *lowat {
+	l := &lowat{raw: r.raw, mark: 1}
+	l.fn = l.setFD
+	return l
+}
+
+func (l *lowat) setFD(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, l.v)
+}
+
+func (l *lowat) set(v int) {
+	if v != l.mark {
+		l.v, l.mark = v, v
+		_ = l.raw.Control(l.fn)
+	}
+}
+
+// read fills p from br; left is what remains of the data being read,
+// p included (at least len(p)). With at least lowatMin bytes left, reads
+// that go to the socket wait for min(lowatMax, left) bytes. The caller
+// resets the mark (set(1)) when the data is read.
+func (l *lowat) read(br *bufio.Reader, p []byte, left int) error {
+	if left < lowatMin && l.mark == 1 || l.raw == nil {
+		_, err := io.ReadFull(br, p)
+		return err
+	}
+	for len(p) > 0 {
+		if want := min(lowatMax, left); br.Buffered() == 0 && (want < l.mark || l.mark == 1) {
+			l.set(max(1, want))
+		}
+		k, err := br.Read(p)
+		p, left = p[k:], left-k
+		if err != nil && (len(p) > 0 || !errors.Is(err, io.EOF)) {
+			return err
+		}
+	}
+	return nil
 }
 
 // placeData offers the data of the message with header h to placers in
@@ -260,8 +339,22 @@ func (c *Conn) placeData(placers []DataPlacer, h *msg.Header, front []byte, data
 
 // takeBudget takes one message and size bytes from the policy throttles
 // and size bytes from the dispatch throttle, in Ceph's order, waiting as
-// long as the connection is open.
-func (c *Conn) takeBudget(p *Policy, size int64) error {
+// long as the connection is open. Before it waits it writes what the
+// reader was left to write (the answers of the messages whose dispatch
+// returns the budget may be among it).
+func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) error {
+	if p.ThrottleMessages.TryGet(1) {
+		if p.ThrottleBytes.TryGet(size) {
+			if c.m.dispatch.TryGet(size) {
+				return nil
+			}
+			p.ThrottleBytes.Put(size)
+		}
+		p.ThrottleMessages.Put(1)
+	}
+	if c.ws.pending.Load() {
+		c.flushPending(r)
+	}
 	if err := p.ThrottleMessages.Get(c.ctx, 1); err != nil {
 		return err
 	}
@@ -294,7 +387,9 @@ func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
 	for _, d := range *m.dispatchers.Load() {
 		if fd, ok := d.(FastDispatcher); ok && fd.CanFastDispatch(mm) {
 			mm.DispatchStamp = time.Now()
+			c.ws.rd.Store(true)
 			fd.FastDispatch(mm)
+			c.ws.rd.Store(false)
 			m.release(it)
 			return nil
 		}
@@ -325,14 +420,62 @@ const (
 
 // writeState is the encoder's buffers, used by whoever owns the write side
 // (Conn.owner), so the writer goroutine and inline senders share them.
+//
+// A batch is written in stages when it holds messages whose data CRC is
+// deferred (crcFix): the bytes up to the end of such a message's data go
+// out first, then the CRC is computed and patched into the epilogue that
+// starts the next stage. The data is then read for the CRC right after
+// the kernel copied it, from the cache, instead of from memory before the
+// copy; on the sender of a bulk stream that halves what the CRC costs.
 type writeState struct {
 	wbuf  []byte
-	iov   net.Buffers
-	wv    net.Buffers // WriteTo consumes it; iov keeps the capacity
+	iov   net.Buffers // the batch: pieces of wbuf and large data buffers
 	batch []*msg.Message
 	mf    msgr2.MessageFrame
-	rest  []byte // handoff: the unwritten tail of an inline write
 	lossy bool
+
+	deferOK bool     // encode may defer data CRCs (the writes go through RawConn)
+	fix     []crcFix // deferred data CRCs, in iov order
+
+	// Progress through iov: pieces before pos are written, and skip
+	// bytes of iov[pos]; fixes before fi are patched.
+	pos, skip, fi int
+
+	// Handoff: an inline write was partial; the rest of the batch is for
+	// the writer goroutine of restRun (a later socket's writer drops it:
+	// the session replays the batch instead).
+	restRun *socketRun
+
+	// writevFD's arguments and result, kept here so that a writev does
+	// not allocate a closure.
+	iovecs []unix.Iovec
+	one    []byte // or the one buffer to write
+	vfn    func(uintptr) bool
+	vblock bool // wait for the socket (writer) rather than give up (inline)
+	vn     int
+	verr   error
+
+	// Reader-side flushing. rd is set while the reader goroutine runs a
+	// FastDispatcher: small messages sent meanwhile (typically the
+	// dispatcher answering on the reader goroutine) are left queued
+	// with pending set, and the reader writes them itself, all in one
+	// write, before it next waits for the socket (readLoop). This saves
+	// the hand-off to the writer goroutine, which costs more than the
+	// write. The pair follows Dekker's pattern: a sender stores pending
+	// then loads rd, the reader stores rd then loads pending, so at least
+	// one of them sees the other and the output is not stranded.
+	rd      atomic.Bool
+	pending atomic.Bool
+}
+
+// crcFix is a data CRC that encode left as zero in an epilogue: once
+// iov[after] (the message's last data buffer) is written, the CRC of
+// data goes into iov[piece][off:off+4].
+type crcFix struct {
+	data       msg.Buffers
+	after      int
+	piece, off int
+	pos        int // the CRC's offset in wbuf, until piece is known
 }
 
 // collectLocked moves the next batch of work into w: requeued messages
@@ -359,6 +502,7 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 		w.batch = c.outq.popBatch(w.batch, batchBytes-total)
 	}
 	w.lossy = c.policy.Lossy
+	w.deferOK = c.run != nil && c.run.raw != nil
 	for _, mm := range w.batch[nReplay:] {
 		c.outSeq++
 		mm.Header.Seq = c.outSeq
@@ -381,7 +525,20 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	rev1 := e.Rev1()
 	w.wbuf = w.wbuf[:0]
 	w.iov = w.iov[:0]
+	w.fix = w.fix[:0]
+	w.pos, w.skip, w.fi = 0, 0, 0
 	mark := 0 // start of wbuf not yet in iov
+	// addPiece appends wbuf[mark:] to iov, placing the deferred CRCs
+	// that fall in it.
+	addPiece := func() {
+		for k := range w.fix {
+			if f := &w.fix[k]; f.piece < 0 && f.pos >= mark {
+				f.piece, f.off = len(w.iov), f.pos-mark
+			}
+		}
+		w.iov = append(w.iov, w.wbuf[mark:])
+		mark = len(w.wbuf)
+	}
 	inSeq := c.inSeq.Load()
 	if kaAck {
 		w.wbuf = e.AppendKeepaliveAck(w.wbuf, stamp)
@@ -405,6 +562,17 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
 		}
 		w.mf.DataCRC, w.mf.DataCRCSet = mm.DataCRCAhead()
+		deferCRC := false
+		if w.deferOK && !w.mf.DataCRCSet {
+			for _, p := range mm.Data {
+				if len(p) >= copyMax {
+					// Written from its own buffer: CRC it once written.
+					deferCRC = true
+					w.mf.DataCRC, w.mf.DataCRCSet = 0, true
+					break
+				}
+			}
+		}
 		w.wbuf = w.mf.AppendHead(w.wbuf, rev1)
 		for _, p := range mm.Data {
 			if len(p) < copyMax {
@@ -412,29 +580,139 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 				continue
 			}
 			if len(w.wbuf) > mark {
-				w.iov = append(w.iov, w.wbuf[mark:])
+				addPiece()
 			}
 			w.iov = append(w.iov, p)
-			mark = len(w.wbuf)
 		}
 		w.wbuf = w.mf.AppendTail(w.wbuf, rev1)
+		if deferCRC {
+			// The data CRC is the epilogue's last word (segment 3 of 4).
+			w.fix = append(w.fix, crcFix{data: mm.Data, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4})
+		}
 	}
-	if len(w.iov) > 0 && len(w.wbuf) > mark {
-		w.iov = append(w.iov, w.wbuf[mark:])
+	if len(w.wbuf) > mark || len(w.iov) == 0 {
+		addPiece()
 	}
 }
 
-// write writes what encode produced, blocking until it is all written.
-func (w *writeState) write(nc net.Conn) error {
-	var err error
-	if len(w.iov) == 0 {
-		_, err = nc.Write(w.wbuf)
-	} else {
-		w.wv = w.iov
-		_, err = w.wv.WriteTo(nc)
-		clear(w.iov)
+// maxIovecs bounds the buffers handed to one writev (Linux's IOV_MAX).
+const maxIovecs = 1024
+
+// writeOut writes what is left of the batch to r, stage by stage,
+// patching deferred CRCs between stages. Blocking, it returns once all is
+// written (or the socket failed); otherwise it makes one write attempt
+// per stage and reports done=false as soon as the socket does not take a
+// whole stage, leaving the progress in w for a blocking call to finish.
+func (w *writeState) writeOut(r *socketRun, blocking bool) (done bool, err error) {
+	if r.raw == nil {
+		// Not a socket: one blocking write of everything (no deferred
+		// CRCs, see collectLocked).
+		wv := w.iov[w.pos:]
+		if w.skip > 0 {
+			wv[0] = wv[0][w.skip:]
+		}
+		_, err = wv.WriteTo(r.nc)
+		w.pos, w.skip = len(w.iov), 0
+		return err == nil, err
 	}
-	return err
+	for {
+		end := len(w.iov)
+		if w.fi < len(w.fix) {
+			end = w.fix[w.fi].after + 1
+		}
+		for w.pos < end {
+			n, err := w.writev(r, end, blocking)
+			if err != nil {
+				return false, err
+			}
+			w.advance(n)
+			if !blocking && w.pos < end {
+				return false, nil
+			}
+		}
+		if w.fi == len(w.fix) {
+			return true, nil
+		}
+		f := &w.fix[w.fi]
+		binary.LittleEndian.PutUint32(w.iov[f.piece][f.off:], msgr2.SegmentCRC(f.data))
+		w.fi++
+	}
+}
+
+// writev makes one writev(2) of iov[w.pos:end] (less the skip bytes
+// written of the first), waiting for the socket if blocking, and returns
+// how much it took (0 if it would block).
+func (w *writeState) writev(r *socketRun, end int, blocking bool) (int, error) {
+	first := w.iov[w.pos][w.skip:]
+	if end == w.pos+1 {
+		// One buffer: write(2), through package syscall, whose race
+		// annotations order it before the peer's read (as the writes
+		// through net.Conn did).
+		w.one = first
+	} else {
+		w.iovecs = append(w.iovecs, unix.Iovec{Base: unsafe.SliceData(first)})
+		w.iovecs[0].SetLen(len(first))
+		for _, p := range w.iov[w.pos+1 : min(end, w.pos+maxIovecs)] {
+			v := unix.Iovec{Base: unsafe.SliceData(p)}
+			v.SetLen(len(p))
+			w.iovecs = append(w.iovecs, v)
+		}
+	}
+	if w.vfn == nil {
+		w.vfn = w.writevFD
+	}
+	w.vblock = blocking
+	err := r.raw.Write(w.vfn)
+	n, werr := w.vn, w.verr
+	clear(w.iovecs)
+	w.iovecs, w.one, w.vn, w.verr = w.iovecs[:0], nil, 0, nil
+	switch {
+	case err != nil:
+		return 0, err
+	case werr != nil:
+		return 0, werr
+	}
+	return n, nil
+}
+
+// writevFD is the function handed to RawConn.Write: one writev(2); when
+// the socket would block it asks RawConn to wait (w.vblock) or gives up.
+func (w *writeState) writevFD(fd uintptr) bool {
+	var n int
+	var err error
+	if w.one != nil {
+		n, err = syscall.Write(int(fd), w.one)
+	} else {
+		r, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(w.iovecs))), uintptr(len(w.iovecs)))
+		if n = int(r); errno != 0 {
+			n, err = 0, errno
+		}
+	}
+	switch {
+	case err == nil:
+		w.vn = max(n, 0)
+	case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR):
+		return !w.vblock
+	default:
+		w.verr = err
+	}
+	return true
+}
+
+// advance moves the progress n bytes on.
+func (w *writeState) advance(n int) {
+	for n > 0 {
+		left := len(w.iov[w.pos]) - w.skip
+		if n < left {
+			w.skip += n
+			return
+		}
+		n -= left
+		w.pos, w.skip = w.pos+1, 0
+	}
+	for w.pos < len(w.iov) && len(w.iov[w.pos]) == w.skip {
+		w.pos, w.skip = w.pos+1, 0 // empty pieces
+	}
 }
 
 // done releases the batch after it was written.
@@ -447,6 +725,10 @@ func (w *writeState) done() {
 	}
 	clear(w.batch)
 	w.batch = w.batch[:0]
+	clear(w.iov)
+	w.iov = w.iov[:0]
+	clear(w.fix)
+	w.fix = w.fix[:0]
 	if cap(w.wbuf) > keepBuf {
 		w.wbuf = nil
 	}
@@ -479,9 +761,13 @@ func (c *Conn) writeLoop(r *socketRun) {
 			}
 			if c.owner == ownHandoff {
 				c.owner = ownWriter
+				mine := w.restRun == r
 				c.mu.Unlock()
-				_, err := r.nc.Write(w.rest)
-				w.rest = nil
+				var err error
+				if mine {
+					_, err = w.writeOut(r, true)
+				}
+				w.restRun = nil
 				w.done()
 				if err != nil {
 					c.release()
@@ -503,7 +789,7 @@ func (c *Conn) writeLoop(r *socketRun) {
 				return
 			}
 			c.lastWrite.Store(nanotime())
-			err := w.write(r.nc)
+			_, err := w.writeOut(r, true)
 			w.done()
 			c.release()
 			if err != nil {
@@ -527,62 +813,127 @@ func (c *Conn) release() {
 // them into one write.
 const inlineIdle = int64(30 * time.Microsecond)
 
-// inlineWrites enables writing from Send. Measured on the 2-vCPU VM it did
-// not lower the 64 B round trip and halved the 16-in-flight rate (the
-// writer coalesces better), so it is off; the code stays for machines
-// where a wake-up costs more than a write.
+// inlineWrites enables writing small messages from Send on an idle
+// connection (large data and the reader's own answers are written inline
+// regardless, see tryInline). Measured on the 2-vCPU VM it did not lower
+// the 64 B round trip and halved the 16-in-flight rate (the writer
+// coalesces better), so it is off; the code stays for machines where a
+// wake-up costs more than a write.
 var inlineWrites = false
 
 func nanotime() int64 { return time.Now().UnixNano() }
 
-// tryInline writes what is queued from the calling goroutine when the
-// write side is free and the socket accepts it without blocking, saving
-// the hand-off to the writer goroutine (a wake-up, which costs more than
-// the write itself for small messages). It never blocks: what the socket
-// does not take at once is handed to the writer. c.mu is held on entry
-// and released on return.
+// tryInline is called by Send (and the reader, for acks) with c.mu held
+// after queueing; it releases c.mu. It decides who writes what is queued:
+//
+//   - large data (copyMax or more queued): the calling goroutine, now,
+//     with one non-blocking writev, when the write side is free. A
+//     wake-up of the writer goroutine costs as much as writing a chunk,
+//     and delays it by a scheduling round; the data is not copied either
+//     way;
+//   - small messages sent while the reader goroutine is delivering a
+//     message (w.rd): the reader, before it next waits for the socket,
+//     in one write with whatever else it queued (replies of a
+//     FastDispatcher, acks);
+//   - otherwise the writer goroutine, which coalesces a stream of small
+//     messages into one write (or, with inlineWrites, the caller when the
+//     connection has been idle).
+//
+// An inline write never blocks: what the socket does not take at once is
+// handed to the writer goroutine.
 func (c *Conn) tryInline() {
 	r := c.run
 	now := nanotime()
 	prevSend := c.lastSend.Swap(now)
-	if !inlineWrites || c.owner != ownNone || c.state != stateOpen || r == nil || r.raw == nil ||
-		c.outq.bytes >= copyMax || len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 ||
-		now-c.lastWrite.Load() < inlineIdle || now-prevSend < inlineIdle {
-		// Busy, not a socket, or large data (which the writer sends with
-		// writev without copying): the writer goroutine does it.
+	if c.owner != ownNone || c.state != stateOpen || r == nil || r.raw == nil ||
+		len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 {
+		// Busy, or not a socket: the writer goroutine does it.
 		c.mu.Unlock()
 		c.poke()
 		return
 	}
 	w := &c.ws
-	if !c.collectLocked(w, r.e) {
+	switch {
+	case c.outq.bytes >= copyMax:
+	case w.rd.Load():
+		w.pending.Store(true)
+		if w.rd.Load() {
+			c.mu.Unlock()
+			return
+		}
+		// The reader has just finished delivering and may have looked
+		// at pending already: hand off as usual.
 		c.mu.Unlock()
+		c.poke()
+		return
+	case !inlineWrites || now-c.lastWrite.Load() < inlineIdle || now-prevSend < inlineIdle:
+		c.mu.Unlock()
+		c.poke()
 		return
 	}
-	c.owner = ownInline
-	c.mu.Unlock()
-	c.lastWrite.Store(now)
-	n, err := r.tryWrite(w.wbuf)
-	switch {
-	case err != nil:
-		w.done()
-		c.release()
-		r.fail(err)
-	case n == len(w.wbuf):
+	c.writeInline(r)
+}
+
+// inlineRounds bounds the batches one inline writer writes before it
+// leaves the rest to the writer goroutine, so that a sender is not kept
+// writing other goroutines' messages for long.
+const inlineRounds = 4
+
+// writeInline writes what is queued from the calling goroutine, batch by
+// batch, each with one non-blocking write or writev, while the socket
+// takes them whole. c.mu is held on entry, with the write side free and r
+// open; it is released on return.
+func (c *Conn) writeInline(r *socketRun) {
+	w := &c.ws
+	for round := 0; ; round++ {
+		if !c.collectLocked(w, r.e) {
+			c.owner = ownNone
+			c.mu.Unlock()
+			return
+		}
+		c.owner = ownInline
+		c.mu.Unlock()
+		c.lastWrite.Store(nanotime())
+		done, err := w.writeOut(r, false)
+		if err != nil {
+			w.done()
+			c.release()
+			r.fail(err)
+			return
+		}
+		if !done {
+			w.restRun = r
+			c.mu.Lock()
+			c.owner = ownHandoff
+			c.mu.Unlock()
+			c.poke()
+			return
+		}
 		w.done()
 		c.mu.Lock()
 		c.owner = ownNone
-		more := c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending
-		c.mu.Unlock()
-		if more {
-			c.poke()
+		if round+1 >= inlineRounds || c.run != r || c.state != stateOpen || len(c.replay) > 0 {
+			more := c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending
+			c.mu.Unlock()
+			if more {
+				c.poke()
+			}
+			return
 		}
-	default:
-		w.rest = w.wbuf[n:]
-		w.wbuf = nil // the tail belongs to the writer now
-		c.mu.Lock()
-		c.owner = ownHandoff
+	}
+}
+
+// flushPending writes, from the reader goroutine, what was left for it
+// to write (w.pending): inline if the write side is free, else by the
+// writer goroutine.
+func (c *Conn) flushPending(r *socketRun) {
+	c.ws.pending.Store(false)
+	c.mu.Lock()
+	if c.owner != ownNone || c.run != r || c.state != stateOpen || r.raw == nil ||
+		len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 {
 		c.mu.Unlock()
 		c.poke()
+		return
 	}
+	c.writeInline(r)
 }

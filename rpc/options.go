@@ -125,12 +125,17 @@ type BulkOptions struct {
 	OverflowLimit int
 }
 
-// Bulk defaults.
+// Bulk defaults. Chunk and window were chosen by measurement on the
+// 2-vCPU VM (bench/peers, 16 MiB GET): every chunk costs its sender and
+// receiver a few system calls and wake-ups, so 1 MiB chunks move a byte
+// for about 20% less CPU than 256 KiB ones, and 64 B RPC latency behind a
+// transfer grows with the window (the bytes queued ahead of it): p50
+// about 0.7 ms with a 1 MiB window, 1.1 ms with 2 MiB, 1.6 ms with 4 MiB.
 const (
 	DefaultEagerLimit       = 16 << 10
-	DefaultChunkSize        = 256 << 10
+	DefaultChunkSize        = 1 << 20
 	DefaultSegmentLimit     = 1 << 20
-	DefaultBulkWindow       = 1 << 20
+	DefaultBulkWindow       = 2 << 20
 	DefaultBulkConnLimit    = 4 << 20
 	DefaultBulkContextLimit = 16 << 20
 	DefaultOverflowLimit    = 64 << 20

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
-	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -785,14 +784,16 @@ func (in *Instance) bulkReply(conn *msgr.Conn, req *wire.BulkHeader, op uint8, r
 	}
 }
 
-// bulkReplyCRC sends a data chunk whose CRC it computes here, on the
-// reader goroutine that asked for it, so the connection's writer only
-// writes (the two run on different cores).
-func (in *Instance) bulkReplyCRC(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) {
+// bulkData sends a data chunk. Its CRC is left to the messenger, which
+// computes it right after the chunk is written to the socket, while the
+// bytes are still in the cache (computing it ahead, as this once did,
+// reads the chunk from memory twice). A chunk sent from the reader
+// goroutine that asked for it is written by that goroutine, without a
+// hand-off to the connection's writer.
+func (in *Instance) bulkData(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) {
 	h := wire.BulkHeader{Op: op, SrcTag: req.DstTag, DstTag: req.SrcTag, Xfer: req.Xfer,
 		Key: req.Key, Off: req.Off, Pos: req.Pos, Len: req.Len}
 	m := bulkMsg(&h, data, msg.PrioLow)
-	m.SetDataCRCAhead(msgr2.SegmentCRC(m.Data))
 	if err := conn.Send(m); err != nil {
 		m.Done()
 	}
@@ -820,7 +821,7 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 	for done := uint64(0); done < h.Len || h.Len == 0; {
 		n := min(chunk, h.Len-done)
 		piece.Off, piece.Pos, piece.Len = h.Off+done, h.Pos+done, n
-		in.bulkReplyCRC(conn, &piece, wire.BulkData, b.slice(nil, int64(piece.Off), int64(n)))
+		in.bulkData(conn, &piece, wire.BulkData, b.slice(nil, int64(piece.Off), int64(n)))
 		done += n
 		if h.Len == 0 {
 			break

@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +32,10 @@ const envRole = "FERRY_PEERS_ROLE"
 func TestMain(m *testing.M) {
 	if os.Getenv(envRole) == "server" {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		if err := Serve(os.Stdin, os.Stdout, log); err != nil {
+		stopProfile := serverProfile(log)
+		err := Serve(os.Stdin, os.Stdout, log)
+		stopProfile()
+		if err != nil {
 			log.Error("serve", "err", err)
 			os.Exit(1)
 		}
@@ -41,6 +46,48 @@ func TestMain(m *testing.M) {
 		thePeer.stop()
 	}
 	os.Exit(code)
+}
+
+// Profiles of the server process, written when it exits (the client's
+// are the test binary's own -cpuprofile and -trace): a CPU profile
+// (FERRY_PEERS_SRV_CPUPROFILE=path) and an execution trace
+// (FERRY_PEERS_SRV_TRACE=path).
+const (
+	envSrvProfile = "FERRY_PEERS_SRV_CPUPROFILE"
+	envSrvTrace   = "FERRY_PEERS_SRV_TRACE"
+)
+
+// serverProfile starts the server's profiles that the environment asks
+// for and returns the function that stops them.
+func serverProfile(log *slog.Logger) func() {
+	var stops []func()
+	start := func(env string, begin func(io.Writer) error, end func()) {
+		path := os.Getenv(env)
+		if path == "" {
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			log.Error("server profile", "env", env, "err", err)
+			return
+		}
+		if err := begin(f); err != nil {
+			log.Error("server profile", "env", env, "err", err)
+			f.Close()
+			return
+		}
+		stops = append(stops, func() {
+			end()
+			f.Close()
+		})
+	}
+	start(envSrvProfile, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	start(envSrvTrace, trace.Start, trace.Stop)
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // peer is the server process and this process's clients of it.
