@@ -348,15 +348,9 @@ type socketRun struct {
 	nc  net.Conn
 	raw syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
 
-	// tryWrite's arguments and results, kept here so that the call does
-	// not allocate a closure.
-	writeFn func(uintptr) bool
-	wb      []byte
-	wn      int
-	werr    error
-	e       *msgr2.Engine
-	stop    chan struct{} // closed by fail: the writer stops
-	done    chan struct{} // closed when reader and writer have exited
+	e    *msgr2.Engine
+	stop chan struct{} // closed by fail: the writer stops
+	done chan struct{} // closed when reader and writer have exited
 
 	once sync.Once
 	err  error // why it failed (set before the socket is closed)
@@ -383,35 +377,9 @@ func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw
-			r.writeFn = r.write
 		}
 	}
 	return r
-}
-
-// tryWrite makes one non-blocking write(2) attempt and returns how much
-// the socket took (0 if it would block). Only the write side's owner
-// calls it.
-func (r *socketRun) tryWrite(b []byte) (int, error) {
-	r.wb = b
-	err := r.raw.Write(r.writeFn)
-	n, werr := r.wn, r.werr
-	r.wb, r.werr = nil, nil
-	switch {
-	case err != nil:
-		return 0, err
-	case werr == syscall.EAGAIN || werr == syscall.EINTR:
-		return 0, nil
-	case werr != nil:
-		return 0, werr
-	}
-	return n, nil
-}
-
-// write is the function handed to RawConn.Write: one attempt, no waiting.
-func (r *socketRun) write(fd uintptr) bool {
-	r.wn, r.werr = syscall.Write(int(fd), r.wb)
-	return true
 }
 
 // socketFailed is called (by the reader, once its writer has stopped)
