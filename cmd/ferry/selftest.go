@@ -27,7 +27,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "selftest")
 	endpoints := fs.String("endpoints", "", "comma-separated `ADDRS` of ranks to test (ferry serve processes); default: start --ranks ranks in this process")
 	ranks := fs.Int("ranks", selftestRanks, "ranks to start in this process when --endpoints is not given")
-	sizes := fs.String("sizes", selftest.DefaultSizes, "message-size `PAIRS` \"SEND REPLY\", comma-separated (CaRT's -s; sizes in bytes, K and M suffixes)")
+	sizes := fs.String("sizes", selftest.DefaultSizes, "message-size `PAIRS` \"SEND REPLY\", comma-separated (CaRT's -s; sizes in bytes, K and M suffixes; a b prefix moves that side by bulk transfer)")
 	reps := fs.Int("reps", selftestReps, "RPCs per size pair (CaRT's -r)")
 	inflight := fs.Int("inflight", selftestInflight, "RPCs in flight at once (CaRT's -i)")
 	asJSON := fs.Bool("json", false, "print one JSON object per size pair on stdout instead of text")

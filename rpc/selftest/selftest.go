@@ -50,7 +50,7 @@ func sizeStr(n int, bulk bool) string {
 }
 
 // DefaultSizes are `ferry selftest`'s default pairs.
-const DefaultSizes = "0 0,4096 0,0 4096,1048576 0,0 1048576"
+const DefaultSizes = "0 0,4096 0,0 4096,1048576 0,0 1048576,b1048576 0,0 b1048576"
 
 // ParseSizes parses CaRT's size list: pairs "SEND REPLY" separated by
 // commas, optionally in parentheses ("(0 0),(4096 0)"); a size may carry
