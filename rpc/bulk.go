@@ -58,6 +58,13 @@ type Bulk struct {
 	perm  BulkPerm
 	freed atomic.Bool
 
+	// wmu guards writers: peers' PUT chunks being written into the
+	// buffer right now; Free waits for them (wdone is signalled when the
+	// last one ends).
+	wmu     sync.Mutex
+	writers int
+	wdone   *sync.Cond
+
 	// bound names the origin (crt_bulk_bind): set by Bind.
 	bound atomic.Pointer[bulkOrigin]
 
@@ -159,12 +166,44 @@ func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 }
 
 // Free deregisters b (crt_bulk_free): peers can no longer reach it.
-// Transfers that use it as their local side must have completed.
+// Transfers that use it as their local side must have completed. If a
+// peer's PUT chunk is being read into the buffer at that moment, Free
+// waits for that chunk (or for its connection to fail): once Free returns
+// nothing more is written into the buffer by a peer.
 func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return
 	}
 	b.in.bulks.remove(b.key)
+	b.wmu.Lock()
+	for b.writers > 0 {
+		if b.wdone == nil {
+			b.wdone = sync.NewCond(&b.wmu)
+		}
+		b.wdone.Wait()
+	}
+	b.wmu.Unlock()
+}
+
+// acquireWrite registers a peer's write into b; false if b was freed.
+func (b *Bulk) acquireWrite() bool {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.freed.Load() {
+		return false
+	}
+	b.writers++
+	return true
+}
+
+// releaseWrite ends a write acquireWrite registered.
+func (b *Bulk) releaseWrite() {
+	b.wmu.Lock()
+	b.writers--
+	if b.writers == 0 && b.wdone != nil {
+		b.wdone.Broadcast()
+	}
+	b.wmu.Unlock()
 }
 
 // Len returns the registered length in bytes.

@@ -458,3 +458,35 @@ func TestBulkHandleEncoding(t *testing.T) {
 		}
 	}
 }
+
+// Free waits for a peer's PUT chunk being written into the buffer, and
+// after it nothing lands there: later chunks are refused.
+func TestBulkFreeDuringPut(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 16 << 10, Window: 16 << 10, SegmentLimit: 64 << 20}})
+	src := register(t, p.cli, [][]byte{bytes.Repeat([]byte{1}, 64<<20)}, rpc.BulkRO)
+	// A loaded machine may finish the PUT before the test gets to Free:
+	// try again then.
+	for attempt := 0; attempt < 3; attempt++ {
+		dst, err := p.srv.NewBulk([][]byte{make([]byte, 64<<20)}, rpc.BulkWO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := p.cctx.BulkStats().Bytes
+		done := make(chan error, 1)
+		go func() {
+			done <- p.cctx.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkPut, Remote: dst.Handle(), Local: src, Len: 64 << 20, Peer: p.peer})
+		}()
+		waitFor(t, "some chunks acked", func() bool { return p.cctx.BulkStats().Bytes > before+256<<10 || len(done) > 0 })
+		if len(done) > 0 {
+			<-done
+			dst.Free()
+			continue
+		}
+		dst.Free()
+		if err := recv(t, done, "the PUT's completion"); !errors.Is(err, rpc.ErrNotFound) {
+			t.Fatalf("PUT into a handle freed midway: %v", err)
+		}
+		return
+	}
+	t.Fatal("every PUT finished before the test could free its target")
+}

@@ -40,6 +40,9 @@ type Instance struct {
 
 	bulks bulkRegistry // registered buffers by key
 	rts   sync.Map     // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
+	// putPlacing: *msgr.Conn → *Bulk whose PUT chunk that connection's
+	// reader is reading right now (at most one per connection).
+	putPlacing sync.Map
 }
 
 // New creates an instance (crt_init_opt): it starts a messenger (or

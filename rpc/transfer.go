@@ -622,9 +622,9 @@ func (c *Context) BulkStats() BulkStats {
 
 // ---- receiving side: the dispatcher's part ----
 
-// bulkDst returns where a BulkData or BulkPut message's data goes, or
-// nil with the code to refuse it with. For BulkData the transfer is
-// looked up in the context that asked; for BulkPut, the handle.
+// bulkDst returns where a BulkData message's data goes (the transfer is
+// looked up in the context that asked), or nil with the code to refuse it
+// with. PUT chunks go by putTarget.
 func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]byte) ([][]byte, *BulkTransfer, Code) {
 	switch h.Op {
 	case wire.BulkData:
@@ -640,17 +640,6 @@ func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]
 			return nil, nil, CodeNotFound
 		}
 		return t.d.Local.slice(dst, t.d.LocalOff+int64(h.Pos), int64(h.Len)), t, CodeOK
-	case wire.BulkPut:
-		b := in.bulks.get(h.Key)
-		switch {
-		case b == nil || b.freed.Load():
-			return nil, nil, CodeNotFound
-		case b.perm&BulkWO == 0:
-			return nil, nil, CodeNoPerm
-		case uint64(n) != h.Len || !b.inRange(h.Off, h.Len):
-			return nil, nil, CodeInvalid
-		}
-		return b.slice(dst, int64(h.Off), int64(h.Len)), nil, CodeOK
 	}
 	return nil, nil, CodeInvalid
 }
@@ -684,16 +673,38 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 		c.bmu.Unlock()
 		return bufs
 	}
-	bufs, _, code := in.bulkDst(conn, &h, n, nil)
-	if code != CodeOK {
+	b, code := in.putTarget(&h, n)
+	if code != CodeOK || !b.acquireWrite() {
 		return nil
 	}
-	return bufs
+	// The reader dispatches this chunk (servePut) or unplaces it next;
+	// either ends the write.
+	in.putPlacing.Store(conn, b)
+	return b.slice(nil, int64(h.Off), int64(h.Len))
+}
+
+// putTarget returns the registered buffer a PUT chunk is for, or the
+// code to refuse it with.
+func (in *Instance) putTarget(h *wire.BulkHeader, n int) (*Bulk, Code) {
+	b := in.bulks.get(h.Key)
+	switch {
+	case b == nil || b.freed.Load():
+		return nil, CodeNotFound
+	case b.perm&BulkWO == 0:
+		return nil, CodeNoPerm
+	case uint64(n) != h.Len || !b.inRange(h.Off, h.Len):
+		return nil, CodeInvalid
+	}
+	return b, CodeOK
 }
 
 // UnplaceData: a placed chunk will not arrive.
 func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
 	if mh.Type != wire.TypeBulk {
+		return
+	}
+	if b, ok := d.in.putPlacing.LoadAndDelete(conn); ok {
+		b.(*Bulk).releaseWrite()
 		return
 	}
 	d.in.unplace(conn, mh.Tid)
@@ -830,11 +841,20 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 }
 
 func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
-	var one [1][]byte
-	dst, _, code := in.bulkDst(conn, h, data.Len(), one[:0])
-	if code == CodeOK && !samePlace(dst, data) {
-		b := in.bulks.get(h.Key)
-		b.copyIn(int64(h.Off), data)
+	if b, ok := in.putPlacing.LoadAndDelete(conn); ok {
+		// Read straight into the buffer by PlaceData: it has landed.
+		b.(*Bulk).releaseWrite()
+		in.bulkReply(conn, h, wire.BulkAck, CodeOK, nil, msg.PrioDefault)
+		return
+	}
+	b, code := in.putTarget(h, data.Len())
+	if code == CodeOK {
+		if b.acquireWrite() {
+			b.copyIn(int64(h.Off), data)
+			b.releaseWrite()
+		} else {
+			code = CodeNotFound
+		}
 	}
 	in.bulkReply(conn, h, wire.BulkAck, code, nil, msg.PrioDefault)
 }
