@@ -24,8 +24,15 @@ type bulkPair struct {
 
 func newBulkPair(t testing.TB, o rpc.Options) *bulkPair {
 	t.Helper()
+	return newBulkPairOn(t, "tcp://127.0.0.1:0", o)
+}
+
+// newBulkPairOn is newBulkPair with the server listening on listen (over
+// o.Transports).
+func newBulkPairOn(t testing.TB, listen string, o rpc.Options) *bulkPair {
+	t.Helper()
 	so := o
-	so.Listen, so.Logger = "tcp://127.0.0.1:0", quietLogger()
+	so.Listen, so.Logger = listen, quietLogger()
 	srv, err := rpc.New(so)
 	if err != nil {
 		t.Fatal(err)

@@ -65,27 +65,7 @@ func directAddr(t testing.TB, scheme string) string {
 func newDirectPair(t testing.TB, scheme string, o rpc.Options) *bulkPair {
 	t.Helper()
 	o.Transports = directTransports()
-	so := o
-	so.Listen, so.Logger = directAddr(t, scheme), quietLogger()
-	srv, err := rpc.New(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	co := o
-	co.Logger = quietLogger()
-	cli, err := rpc.New(co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	p := &bulkPair{srv: srv, cli: cli, peer: &rpc.Endpoint{Rank: 0, Tag: 0}}
-	p.sctx = newCtx(t, srv, rpc.ContextOptions{Auto: true})
-	p.cctx = newCtx(t, cli, rpc.ContextOptions{Auto: true})
-	return p
+	return newBulkPairOn(t, directAddr(t, scheme), o)
 }
 
 var directSchemes = []string{"unix", "shm"}
