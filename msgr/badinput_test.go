@@ -57,21 +57,7 @@ func rawClient(t *testing.T, addr string) net.Conn {
 		Lossy:      true,
 	})
 	e.Start()
-	for !e.Ready() {
-		if out := e.Output(); len(out) > 0 {
-			if _, err := nc.Write(out); err != nil {
-				t.Fatal(err)
-			}
-		}
-		n, _ := e.Need()
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(nc, buf); err != nil {
-			t.Fatalf("raw handshake: %v", err)
-		}
-		if _, err := e.Feed(buf); err != nil {
-			t.Fatalf("raw handshake: %v", err)
-		}
-	}
+	rawHandshake(t, nc, e)
 	_ = nc.SetDeadline(time.Time{})
 	return nc
 }
@@ -242,4 +228,24 @@ func TestDeclaredLengthMemoryBounded(t *testing.T) {
 		t.Fatalf("heap grew by %d MiB for %d connections declaring %d MiB each", grown>>20, conns, declared>>20)
 	}
 	t.Logf("heap grew by %d MiB with %d connections each declaring %d MiB", grown>>20, conns, declared>>20)
+}
+
+// rawHandshake drives engine e over nc until the handshake is done.
+func rawHandshake(t *testing.T, nc net.Conn, e *msgr2.Engine) {
+	t.Helper()
+	for !e.Ready() {
+		if out := e.Output(); len(out) > 0 {
+			if _, err := nc.Write(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, _ := e.Need()
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(nc, buf); err != nil {
+			t.Fatalf("raw handshake: %v", err)
+		}
+		if _, err := e.Feed(buf); err != nil {
+			t.Fatalf("raw handshake: %v", err)
+		}
+	}
 }

@@ -3,7 +3,6 @@ package msgr_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -462,21 +461,7 @@ func rawSession(t *testing.T, addr string, serverCookie, connectSeq, globalSeq u
 		PeerName:     peer,
 	})
 	e.Start()
-	for !e.Ready() {
-		if out := e.Output(); len(out) > 0 {
-			if _, err := nc.Write(out); err != nil {
-				t.Fatal(err)
-			}
-		}
-		n, _ := e.Need()
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(nc, buf); err != nil {
-			t.Fatalf("raw handshake: %v", err)
-		}
-		if _, err := e.Feed(buf); err != nil {
-			t.Fatalf("raw handshake: %v", err)
-		}
-	}
+	rawHandshake(t, nc, e)
 	if out := e.Output(); len(out) > 0 {
 		if _, err := nc.Write(out); err != nil {
 			t.Fatal(err)
