@@ -1,0 +1,17 @@
+package crc32c
+
+import "golang.org/x/sys/cpu"
+
+var useFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+
+// foldAVX512 folds p (n bytes, a non-zero multiple of 256) with the
+// initial register seed added into its first four bytes, and returns the
+// register after the 128-bit remainder (the CRC of p from seed, without
+// inversions).
+//
+//go:noescape
+func foldAVX512(seed uint32, p *byte, n int, k *[16]uint64) uint32
+
+func fold(seed uint32, p []byte) uint32 {
+	return foldAVX512(seed, &p[0], len(p), &consts)
+}

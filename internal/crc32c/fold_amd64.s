@@ -1,0 +1,79 @@
+#include "textflag.h"
+
+// func foldAVX512(seed uint32, p *byte, n int, k *[16]uint64) uint32
+//
+// Z0..Z3 hold 256 bytes of running remainder (16 lanes of 128 bits); each
+// round multiplies every lane by x^2048 (the constants at 0(DX)) and adds
+// the next 256 bytes. Then Z0, Z1 and Z2 are folded onto Z3 (by 192, 128
+// and 64 bytes) and Z3's four lanes onto one (by 48, 32 and 16 bytes),
+// whose CRC from a zero register (two CRC32Q) is the result.
+TEXT ·foldAVX512(SB), NOSPLIT, $0-36
+	MOVL seed+0(FP), AX
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ k+24(FP), DX
+
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVQ     AX, X9
+	VPXORQ    Z9, Z0, Z0
+	VBROADCASTI32X4 0(DX), Z8
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	JZ        reduce
+
+loop:
+	VMOVDQU64  0(SI), Z10
+	VMOVDQU64  64(SI), Z11
+	VMOVDQU64  128(SI), Z12
+	VMOVDQU64  192(SI), Z13
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z5
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z6
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z7
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGQ $0x96, Z10, Z4, Z0
+	VPTERNLOGQ $0x96, Z11, Z5, Z1
+	VPTERNLOGQ $0x96, Z12, Z6, Z2
+	VPTERNLOGQ $0x96, Z13, Z7, Z3
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	JNZ        loop
+
+reduce:
+	VBROADCASTI32X4 16(DX), Z8
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z5
+	VPTERNLOGQ $0x96, Z5, Z4, Z3
+	VBROADCASTI32X4 32(DX), Z8
+	VPCLMULQDQ $0x00, Z8, Z1, Z4
+	VPCLMULQDQ $0x11, Z8, Z1, Z5
+	VPTERNLOGQ $0x96, Z5, Z4, Z3
+	VBROADCASTI32X4 48(DX), Z8
+	VPCLMULQDQ $0x00, Z8, Z2, Z4
+	VPCLMULQDQ $0x11, Z8, Z2, Z5
+	VPTERNLOGQ $0x96, Z5, Z4, Z3
+
+	VMOVDQU64  64(DX), Z8
+	VPCLMULQDQ $0x00, Z8, Z3, Z4
+	VPCLMULQDQ $0x11, Z8, Z3, Z5
+	VPXORQ     Z5, Z4, Z4
+	VEXTRACTI64X4 $1, Z4, Y5
+	VPXORQ     Y5, Y4, Y4
+	VEXTRACTI32X4 $1, Y4, X5
+	VPXORQ     X5, X4, X4
+	VEXTRACTI32X4 $3, Z3, X5
+	VPXORQ     X5, X4, X4
+	VMOVQ      X4, AX
+	VPEXTRQ    $1, X4, BX
+	VZEROUPPER
+	XORL       CX, CX
+	CRC32Q     AX, CX
+	CRC32Q     BX, CX
+	MOVL       CX, ret+32(FP)
+	RET
