@@ -131,6 +131,13 @@ func TestBadInputOverSocket(t *testing.T) {
 			b[msgr2.PreambleLen+msgr2.Header2Len+4] ^= 1 // first byte of the front
 			return b
 		}, "crc"},
+		{"wrong data crc, large data", true, func() []byte {
+			// 300 KiB of data: read with a raised low-water mark, its CRC
+			// computed piece by piece as it arrives.
+			b := messageFrame([]byte("front"), bytes.Repeat([]byte{7}, 300<<10))
+			b[len(b)-1000] ^= 1 // a byte of the data, 987 before its end
+			return b
+		}, "segment 3"},
 		{"unknown tag", true, func() []byte {
 			p := msgr2.Preamble{Tag: 99, NumSegments: 1, Segments: [4]msgr2.SegmentDesc{{Len: 8, Align: 8}}}
 			return append(p.Append(nil), make([]byte, 12)...)

@@ -89,8 +89,8 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			buf = scratch[:n]
 		}
 		if !read {
-			err := lw.read(br, buf, len(buf))
-			lw.set(1)
+			var err error
+			evs, err = c.readBody(lw, br, e, buf)
 			if err != nil {
 				c.putBudget(&pol, held)
 				return err
@@ -98,14 +98,6 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		}
 		now := time.Now()
 		c.lastRecv.Store(now.UnixNano())
-		if !read {
-			var err error
-			evs, err = e.Feed(buf)
-			if err != nil {
-				c.putBudget(&pol, held)
-				return err
-			}
-		}
 		for i := range evs {
 			ev := &evs[i]
 			switch ev.Kind {
@@ -238,11 +230,12 @@ func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, s
 		_, err = io.ReadFull(br, head)
 	}
 	left := sp.Data
+	crc := msgr2.SegmentCRCInit
 	for _, p := range placed {
 		if err != nil {
 			break
 		}
-		err = lw.read(br, p, left)
+		err = lw.read(br, p, left, &crc)
 		left -= len(p)
 	}
 	lw.set(1)
@@ -250,7 +243,7 @@ func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, s
 		_, err = io.ReadFull(br, tail)
 	}
 	if err == nil {
-		evs, err = e.FeedSplit(head, placed, tail)
+		evs, err = e.FeedSplitCRC(head, placed, tail, crc)
 	}
 	if err != nil {
 		placer.UnplaceData(c, ph)
@@ -300,9 +293,17 @@ func (l *lowat) set(v int) {
 // p included (at least len(p)). With at least lowatMin bytes left, reads
 // that go to the socket wait for min(lowatMax, left) bytes. The caller
 // resets the mark (set(1)) when the data is read.
-func (l *lowat) read(br *bufio.Reader, p []byte, left int) error {
+//
+// With crc set, read folds each piece into *crc as it lands
+// (msgr2.UpdateSegmentCRC), while the piece is still in the CPU's cache
+// and before the rest of the data has arrived, so that checking the data
+// segment's CRC costs next to nothing once its last byte is in.
+func (l *lowat) read(br *bufio.Reader, p []byte, left int, crc *uint32) error {
 	if left < lowatMin && l.mark == 1 || l.raw == nil {
 		_, err := io.ReadFull(br, p)
+		if err == nil && crc != nil {
+			*crc = msgr2.UpdateSegmentCRC(*crc, p)
+		}
 		return err
 	}
 	for len(p) > 0 {
@@ -310,12 +311,47 @@ func (l *lowat) read(br *bufio.Reader, p []byte, left int) error {
 			l.set(max(1, want))
 		}
 		k, err := br.Read(p)
+		if crc != nil {
+			*crc = msgr2.UpdateSegmentCRC(*crc, p[:k])
+		}
 		p, left = p[k:], left-k
 		if err != nil && (len(p) > 0 || !errors.Is(err, io.EOF)) {
 			return err
 		}
 	}
 	return nil
+}
+
+// crcAheadMin is the smallest data segment whose CRC the reader computes
+// as the data arrives (lowat.read) rather than leaving it to the engine.
+const crcAheadMin = 64 << 10
+
+// readBody reads the n-byte body of the frame the engine waits for into
+// buf and feeds it. A MESSAGE with at least crcAheadMin bytes of data is
+// read in three parts, the data's CRC computed as it arrives.
+func (c *Conn) readBody(lw *lowat, br *bufio.Reader, e *msgr2.Engine, buf []byte) ([]msgr2.Event, error) {
+	sp, ok := e.Split()
+	if !ok || sp.Data < crcAheadMin {
+		err := lw.read(br, buf, len(buf), nil)
+		lw.set(1)
+		if err != nil {
+			return nil, err
+		}
+		return e.Feed(buf)
+	}
+	crc := msgr2.SegmentCRCInit
+	_, err := io.ReadFull(br, buf[:sp.Head])
+	if err == nil {
+		err = lw.read(br, buf[sp.Head:sp.Head+sp.Data], sp.Data, &crc)
+		lw.set(1)
+	}
+	if err == nil {
+		_, err = io.ReadFull(br, buf[sp.Head+sp.Data:])
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.FeedBodyCRC(buf, crc)
 }
 
 // placeData offers the data of the message with header h to placers in

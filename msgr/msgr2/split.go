@@ -55,6 +55,12 @@ func (p *Preamble) SplitBody(rev1 bool) (s BodySplit, ok bool) {
 // In msgr2.1 segment 0's CRC is inline in head and is checked by
 // ParseHead too; the CRCs of the front, middle and data are in tail.
 func ParseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 bool) (segs [MaxSegments][]byte, err error) {
+	return parseBodySplit(p, head, data, tail, rev1, nil)
+}
+
+// parseBodySplit is ParseBodySplit; with dataCRC set, that is the data's
+// CRC (computed by the caller as it read) instead of computing it here.
+func parseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 bool, dataCRC *uint32) (segs [MaxSegments][]byte, err error) {
 	sp, ok := p.SplitBody(rev1)
 	if !ok {
 		return segs, errorf(ErrBadPreamble, p.Tag, "split body of a %d-segment %s frame", p.NumSegments, p.Tag)
@@ -72,7 +78,7 @@ func ParseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 b
 	if rev1 {
 		for i := 1; i < MaxSegments; i++ {
 			want := binary.LittleEndian.Uint32(tail[1+4*(i-1):])
-			if got := segmentCRC(out[i], data, i); got != want {
+			if got := segmentCRC(out[i], data, i, dataCRC); got != want {
 				return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
 			}
 		}
@@ -86,7 +92,7 @@ func ParseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 b
 	}
 	for i := 0; i < MaxSegments; i++ {
 		want := binary.LittleEndian.Uint32(tail[1+4*i:])
-		if got := segmentCRC(out[i], data, i); got != want {
+		if got := segmentCRC(out[i], data, i, dataCRC); got != want {
 			return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
 		}
 	}
@@ -96,9 +102,13 @@ func ParseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 b
 	return out, nil
 }
 
-// segmentCRC is the CRC of segment i: seg, or the data buffers for i = 3.
-func segmentCRC(seg []byte, data [][]byte, i int) uint32 {
+// segmentCRC is the CRC of segment i: seg, or the data buffers for i = 3
+// (*dataCRC if the caller computed it).
+func segmentCRC(seg []byte, data [][]byte, i int, dataCRC *uint32) uint32 {
 	if i == 3 {
+		if dataCRC != nil {
+			return *dataCRC
+		}
 		return msg.Buffers(data).CRC(segmentCRCSeed)
 	}
 	return msg.CRC32C(segmentCRCSeed, seg)
@@ -192,6 +202,43 @@ func (e *Engine) PeekMessage(head []byte) (MessagePeek, error) {
 // copy); its Front and Middle alias head. A duplicate is dropped as by
 // Feed. Any error is fatal to the connection.
 func (e *Engine) FeedSplit(head []byte, data [][]byte, tail []byte) ([]Event, error) {
+	return e.feedSplit(head, data, nil, tail, nil)
+}
+
+// SegmentCRCInit and UpdateSegmentCRC let a reader compute a data
+// segment's CRC piece by piece as the pieces arrive, while they are still
+// in the CPU's cache: start from SegmentCRCInit and fold in each piece in
+// order; the result is SegmentCRC of the whole segment.
+const SegmentCRCInit uint32 = segmentCRCSeed
+
+// UpdateSegmentCRC folds p into a segment CRC begun with SegmentCRCInit.
+func UpdateSegmentCRC(crc uint32, p []byte) uint32 { return msg.CRC32C(crc, p) }
+
+// FeedSplitCRC is FeedSplit for a reader that computed the data
+// segment's CRC as it read (dataCRC, see UpdateSegmentCRC): the engine
+// compares dataCRC with the epilogue instead of reading the data again.
+// Every other check, and every result, is FeedSplit's.
+func (e *Engine) FeedSplitCRC(head []byte, data [][]byte, tail []byte, dataCRC uint32) ([]Event, error) {
+	return e.feedSplit(head, data, nil, tail, &dataCRC)
+}
+
+// FeedBodyCRC is Feed for the body of the MESSAGE frame that Split
+// describes, read whole into body, by a reader that computed the CRC of
+// its data segment (body[Head:Head+Data]) as it read (dataCRC, see
+// UpdateSegmentCRC). Every other check, and every result, is Feed's.
+func (e *Engine) FeedBodyCRC(body []byte, dataCRC uint32) ([]Event, error) {
+	sp, ok := e.Split()
+	if !ok || len(body) != sp.Head+sp.Data+sp.Tail {
+		// Closed, not a split body, or the wrong length: fails as
+		// FeedSplit does (ErrTruncated for the length).
+		return e.feedSplit(body, nil, nil, nil, nil)
+	}
+	return e.feedSplit(body[:sp.Head], nil, body[sp.Head:sp.Head+sp.Data], body[sp.Head+sp.Data:], &dataCRC)
+}
+
+// feedSplit is FeedSplit with the data either as buffers (data) or one
+// slice of the body (one), and its CRC optionally given.
+func (e *Engine) feedSplit(head []byte, data [][]byte, one []byte, tail []byte, dataCRC *uint32) ([]Event, error) {
 	e.events = e.events[:0]
 	if e.state == stClosed {
 		if e.err != nil {
@@ -203,9 +250,18 @@ func (e *Engine) FeedSplit(head []byte, data [][]byte, tail []byte) ([]Event, er
 		return nil, e.fail(errorf(ErrProtocol, 0, "FeedSplit without a MESSAGE body to read"))
 	}
 	e.inFrame = false
-	segs, err := ParseBodySplit(&e.pre, head, data, tail, e.rev1)
+	pd := data // what the CRC and length checks read
+	var d [1][]byte
+	if one != nil {
+		d[0] = one
+		pd = d[:]
+	}
+	segs, err := parseBodySplit(&e.pre, head, pd, tail, e.rev1, dataCRC)
 	if err != nil {
 		return nil, e.fail(err)
+	}
+	if one != nil {
+		segs[3] = one // the message's data is the body's slice, as from Feed
 	}
 	if err := e.handleMessageData(segs, data); err != nil {
 		return nil, e.fail(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -104,6 +105,42 @@ func feedSplit(t *testing.T, e *Engine, wire []byte, cuts []int) (splitResult, [
 	return splitResult{evs: append([]Event(nil), evs...), err: err, dup: pk.Dup}, bufs
 }
 
+// feedAhead feeds the frame as a reader that computes the data's CRC as
+// it reads: with FeedSplitCRC (data cut at cuts) or, if whole, with
+// FeedBodyCRC (one body buffer). The CRC is computed piece by piece with
+// UpdateSegmentCRC over what was received, corruption included.
+func feedAhead(t *testing.T, e *Engine, wire []byte, cuts []int, whole bool) (splitResult, [][]byte) {
+	t.Helper()
+	if _, err := e.Feed(wire[:PreambleLen]); err != nil {
+		return splitResult{err: err}, nil
+	}
+	sp, ok := e.Split()
+	if !ok {
+		t.Fatal("Split not ok for a MESSAGE with data")
+	}
+	body := bytes.Clone(wire[PreambleLen:])
+	head, data, tail := body[:sp.Head], body[sp.Head:sp.Head+sp.Data], body[sp.Head+sp.Data:]
+	bufs := cutData(data, cuts)
+	crc := SegmentCRCInit
+	for _, b := range bufs {
+		crc = UpdateSegmentCRC(crc, b)
+	}
+	if whole {
+		evs, err := e.FeedBodyCRC(body, crc)
+		r := splitResult{evs: append([]Event(nil), evs...), err: err}
+		for _, ev := range evs {
+			r.dup = r.dup || ev.Kind == EvMessage && ev.Dropped // no peek to compare with
+		}
+		return r, [][]byte{data}
+	}
+	pk, err := e.PeekMessage(head)
+	if err != nil {
+		return splitResult{err: err, atPeek: true}, nil
+	}
+	evs, err := e.FeedSplitCRC(head, bufs, tail, crc)
+	return splitResult{evs: append([]Event(nil), evs...), err: err, dup: pk.Dup}, bufs
+}
+
 // sameResult checks that the split path produced what Feed did.
 func sameResult(t *testing.T, whole, split splitResult, bufs [][]byte) {
 	t.Helper()
@@ -185,6 +222,10 @@ func TestSplitRoundTrip(t *testing.T) {
 					t.Fatalf("Feed: %v %v", kinds(whole.evs), whole.err)
 				}
 				sameResult(t, whole, split, bufs)
+				for _, w := range []bool{false, true} {
+					ahead, abufs := feedAhead(t, readyEngine(rev1, 6), wire, tc.cuts, w)
+					sameResult(t, whole, ahead, abufs)
+				}
 				m := split.evs[1].Msg
 				if m.Header.Src != (msg.EntityName{Type: msg.EntityClient, Num: 4100}) || m.Header.Tid != 99 || m.Header.Seq != 7 {
 					t.Fatalf("header %+v", m.Header)
@@ -317,6 +358,14 @@ func TestSplitCorruption(t *testing.T) {
 				e := readyEngine(rev1, 0)
 				split, bufs := feedSplit(t, e, bad, []int{3000})
 				sameResult(t, whole, split, bufs)
+				for _, w := range []bool{false, true} {
+					ahead, abufs := feedAhead(t, readyEngine(rev1, 0), bad, []int{3000}, w)
+					if !tc.atPeek || w {
+						// FeedBodyCRC has no peek: a bad header CRC
+						// fails there, with Feed's error.
+						sameResult(t, whole, ahead, abufs)
+					}
+				}
 				if tc.sentinl == nil {
 					// Flipping bit 0 of the late status: the aborted flag
 					// (msgr2.0) or a status neither complete nor aborted
@@ -362,5 +411,59 @@ func FuzzSplit(f *testing.F) {
 		whole := feedWhole(t, readyEngine(rev1, inSeq), wire)
 		split, bufs := feedSplit(t, readyEngine(rev1, inSeq), wire, cuts)
 		sameResult(t, whole, split, bufs)
+		for _, w := range []bool{false, true} {
+			ahead, abufs := feedAhead(t, readyEngine(rev1, inSeq), wire, cuts, w)
+			if !ahead.atPeek {
+				sameResult(t, whole, ahead, abufs)
+			}
+		}
 	})
+}
+
+// TestSplitCRCAhead: the CRC a reader passes is what is checked — one
+// that does not match the epilogue fails as corrupt data does, and
+// FeedBodyCRC refuses a body of the wrong length.
+func TestSplitCRCAhead(t *testing.T) {
+	for _, rev1 := range []bool{false, true} {
+		h := Header2{Seq: 1, Tid: 5, Type: 7, Flags: 3}
+		data := pattern(70000, 9)
+		wire := wireMessage(rev1, h, []byte("front"), nil, data)
+		good := UpdateSegmentCRC(UpdateSegmentCRC(SegmentCRCInit, data[:1000]), data[1000:])
+		if good != SegmentCRC(msg.Buffers{data}) {
+			t.Fatalf("piecewise CRC %#x, whole %#x", good, SegmentCRC(msg.Buffers{data}))
+		}
+		ready := func() (*Engine, BodySplit, []byte) {
+			e := readyEngine(rev1, 0)
+			if _, err := e.Feed(wire[:PreambleLen]); err != nil {
+				t.Fatal(err)
+			}
+			sp, _ := e.Split()
+			return e, sp, bytes.Clone(wire[PreambleLen:])
+		}
+		for _, whole := range []bool{false, true} {
+			e, sp, body := ready()
+			var err error
+			if whole {
+				_, err = e.FeedBodyCRC(body, good^1)
+			} else {
+				_, err = e.FeedSplitCRC(body[:sp.Head], [][]byte{body[sp.Head : sp.Head+sp.Data]}, body[sp.Head+sp.Data:], good^1)
+			}
+			if !errors.Is(err, ErrSegmentCRC) || !strings.Contains(err.Error(), "segment 3") || e.Err() == nil {
+				t.Fatalf("whole=%v: wrong CRC passed: %v", whole, err)
+			}
+			e, _, body = ready()
+			evs, err := e.FeedBodyCRC(body, good)
+			if err != nil || len(evs) == 0 || !bytes.Equal(evs[len(evs)-1].Msg.Data.Bytes(), data) {
+				t.Fatalf("good CRC: %v", err)
+			}
+		}
+		e, _, body := ready()
+		if _, err := e.FeedBodyCRC(body[:len(body)-1], good); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("short body: %v", err)
+		}
+		e = readyEngine(rev1, 0)
+		if _, err := e.FeedBodyCRC(body, good); !errors.Is(err, ErrProtocol) {
+			t.Fatalf("no MESSAGE body awaited: %v", err)
+		}
+	}
 }
