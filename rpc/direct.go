@@ -184,7 +184,8 @@ func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Mes
 		} else {
 			data = m.Data.Bytes()
 		}
-		in.directInfo(conn, h, data)
+		hc := *h // directInfo keeps it; h itself must not escape (handleBulk's, per bulk message)
+		in.directInfo(conn, &hc, data)
 	case wire.BulkDirectDone:
 		if v, ok := directConns.Load(conn); ok {
 			d := v.(*directConn)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrymsg/ferry/internal/bufpool"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
@@ -43,6 +44,18 @@ type Incoming struct {
 	ovfBytes int64 // overflow budget held for a pulled input
 	ovfKey   uint64
 	ovfLen   int64
+	ovfBuf   *[]byte // the pulled input's pooled buffer (bufpool), until given back
+}
+
+// putOverflow gives the pulled input's buffer back to the pool unless the
+// handler was given it.
+func (r *Incoming) putOverflow() {
+	if r.ovfBuf != nil {
+		if !r.taken {
+			bufpool.Put(r.ovfBuf)
+		}
+		r.ovfBuf = nil
+	}
 }
 
 var incomingPool = sync.Pool{New: func() any { return new(Incoming) }}
@@ -62,6 +75,7 @@ func (r *Incoming) init(in *Instance, c *Context, def *rpcDef, m *msg.Message, h
 // release recycles r. Its state keeps the generation, marked answered.
 // A request whose data segment nobody took gives its buffers back.
 func (r *Incoming) release() {
+	r.putOverflow()
 	if r.ovfBytes > 0 {
 		r.c.overflowDone(r.ovfBytes)
 		r.ovfBytes = 0
@@ -276,6 +290,7 @@ func (r *Incoming) sendError(code Code, text string) {
 // buffer itself becomes the reply's front.
 func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 	m, conn, c := r.m, r.conn, r.c
+	r.putOverflow() // the reply does not carry it unless the handler took it
 	var rel func(*msg.Message)
 	if !r.taken {
 		rel = r.rel // nobody keeps the request's buffers

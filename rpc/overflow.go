@@ -3,6 +3,8 @@ package rpc
 import (
 	"fmt"
 
+	"github.com/ferrymsg/ferry/internal/bufpool"
+
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/track"
@@ -51,7 +53,8 @@ func (c *Context) startPull(r *Incoming) {
 		r.failCode(CodeUnreachable, "no connection to pull the input from")
 		return
 	}
-	buf := make([]byte, r.ovfLen)
+	buf, pooled := bufpool.Get(int(r.ovfLen))
+	r.ovfBuf = pooled // given back once the reply is sent (putOverflow) unless the handler takes the data
 	d := BulkDesc{
 		Op: BulkGet, Remote: BulkHandle{Key: r.ovfKey, Len: r.ovfLen, Perm: BulkRO, Tag: r.hdr.SrcTag},
 		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: r.ovfLen,
@@ -107,7 +110,11 @@ func (c *Context) failOverflowWaiters() {
 
 // pullReply pulls an overflowing output, releases the target's handle
 // and then completes the request as handleReply does.
-func (c *Context) pullReply(m *msg.Message, h *wire.Header, body []byte) {
+func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
+	// A copy for the closures below: hp is the dispatcher's, which must
+	// not escape (it would cost an allocation for every RPC message).
+	hh := *hp
+	h := &hh
 	tid := m.Header.Tid
 	conn, _ := m.Conn.(*msgr.Conn)
 	key, n, rest, err := wire.DecodeOverflow(body)
@@ -130,7 +137,6 @@ func (c *Context) pullReply(m *msg.Message, h *wire.Header, body []byte) {
 		return
 	}
 	buf := make([]byte, n)
-	hh := *h
 	d := BulkDesc{
 		Op: BulkGet, Remote: BulkHandle{Key: key, Len: int64(n), Perm: BulkRO, Tag: h.SrcTag},
 		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: int64(n),
@@ -142,7 +148,7 @@ func (c *Context) pullReply(m *msg.Message, h *wire.Header, body []byte) {
 			return
 		}
 		m.Data = msg.Buffers{buf}
-		c.handleReply(m, &hh, rest)
+		c.handleReply(m, h, rest)
 	}); err != nil {
 		release()
 		fail(CodeOf(err), "pulling the output", err)

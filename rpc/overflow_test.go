@@ -182,3 +182,46 @@ func TestOverflowMemoryBounded(t *testing.T) {
 		r.Reply(nil)
 	}
 }
+
+// A pulled input's buffer goes back to a pool for later pulls only when
+// the handler never took the data: inputs that handlers keep stay intact
+// while many more are pulled (and pooled) after them.
+func TestOverflowInputKept(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{})
+	var mu sync.Mutex
+	var kept [][]byte
+	keep := func(r *rpc.Incoming) error {
+		mu.Lock()
+		kept = append(kept, r.Data().Bytes())
+		mu.Unlock()
+		return r.Reply(nil)
+	}
+	ignore := func(r *rpc.Incoming) error { return r.Reply(nil) }
+	err := p.srv.Register(rpc.Protocol{Name: "kept", Base: 0x44, Version: 1, RPCs: []rpc.RPC{{Handler: keep}, {Handler: ignore}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opKeep, opIgnore := rpc.MakeOpcode(0x44, 1, 0), rpc.MakeOpcode(0x44, 1, 1)
+	const n = 60
+	for i := range n {
+		in := rpc.Bytes(bytes.Repeat([]byte{byte(i)}, 256<<10+i))
+		op := opIgnore
+		if i%4 == 0 {
+			op = opKeep
+		}
+		if err := p.cctx.Call(context.Background(), *p.peer, op, &in, nil); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != n/4 {
+		t.Fatalf("%d inputs kept, want %d", len(kept), n/4)
+	}
+	for j, b := range kept {
+		i := 4 * j
+		if len(b) != 256<<10+i || bytes.Count(b, []byte{byte(i)}) != len(b) {
+			t.Fatalf("kept input %d was overwritten", i)
+		}
+	}
+}
