@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/ferrymsg/ferry/internal/bufpool"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/track"
 )
@@ -467,18 +468,24 @@ func selfTestBulk(r *Incoming, in *SelfTestInput) error {
 	if n < 0 || n > MaxPayload {
 		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("bulk send of %d bytes", n)}
 	}
-	dst := newBulk(c.in, [][]byte{make([]byte, n)}, BulkWO)
+	// The data is only measured, not kept: it lands in a pooled buffer
+	// that goes back once the GET is over.
+	buf, pooled := bufpool.Get(int(n))
+	dst := newBulk(c.in, [][]byte{buf}, BulkWO)
 	d := BulkDesc{Op: BulkGet, Remote: *in.SendBulk, Local: dst, Len: n}
 	if err := c.descErr(&d); err != nil {
+		bufpool.Put(pooled)
 		return err
 	}
 	if _, err := c.startOn(conn, d, nil, func(err error) {
+		bufpool.Put(pooled)
 		if err != nil {
 			reply(err)
 			return
 		}
 		put()
 	}); err != nil {
+		bufpool.Put(pooled)
 		return err
 	}
 	return nil

@@ -136,7 +136,9 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 		fail(CodeMalformed, "bad output overflow descriptor", err)
 		return
 	}
-	buf := make([]byte, n)
+	// The output lands in a pooled buffer that goes back with the reply
+	// message (Release) when the caller keeps none of its data.
+	buf, pooled := bufpool.Get(int(n))
 	d := BulkDesc{
 		Op: BulkGet, Remote: BulkHandle{Key: key, Len: int64(n), Perm: BulkRO, Tag: h.SrcTag},
 		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: int64(n),
@@ -144,13 +146,24 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 	if _, err := c.startOn(conn, d, nil, func(err error) {
 		release()
 		if err != nil {
+			bufpool.Put(pooled) // the transfer is over: nothing writes into buf any more
 			fail(CodeOf(err), "pulling the output", err)
 			return
 		}
 		m.Data = msg.Buffers{buf}
+		if pooled != nil {
+			prev := m.Release
+			m.Release = func(m *msg.Message) {
+				bufpool.Put(pooled)
+				if prev != nil {
+					prev(m)
+				}
+			}
+		}
 		c.handleReply(m, h, rest)
 	}); err != nil {
 		release()
+		bufpool.Put(pooled)
 		fail(CodeOf(err), "pulling the output", err)
 	}
 }

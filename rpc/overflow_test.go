@@ -225,3 +225,44 @@ func TestOverflowInputKept(t *testing.T) {
 		}
 	}
 }
+
+// The same for pulled outputs at the origin: an output the caller decoded
+// into a DataReceiver stays intact, while outputs nobody keeps (out nil)
+// give their buffers back for later pulls.
+func TestOverflowOutputKept(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{})
+	gen := func(r *rpc.Incoming) error {
+		var n rpc.Bytes
+		if err := r.Decode(&n); err != nil || len(n) != 1 {
+			return fmt.Errorf("bad input %v", err)
+		}
+		out := rpc.Bytes(bytes.Repeat(n, 256<<10+int(n[0])))
+		return r.Reply(&out)
+	}
+	err := p.srv.Register(rpc.Protocol{Name: "gen", Base: 0x45, Version: 1, RPCs: []rpc.RPC{{Handler: gen}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := rpc.MakeOpcode(0x45, 1, 0)
+	var kept []rpc.Bytes
+	for i := range 60 {
+		in := rpc.Bytes{byte(i)}
+		if i%4 != 0 {
+			if err := p.cctx.Call(context.Background(), *p.peer, op, &in, nil); err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			continue
+		}
+		var out rpc.Bytes
+		if err := p.cctx.Call(context.Background(), *p.peer, op, &in, &out); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		kept = append(kept, out)
+	}
+	for j, b := range kept {
+		i := 4 * j
+		if len(b) != 256<<10+i || bytes.Count(b, []byte{byte(i)}) != len(b) {
+			t.Fatalf("kept output %d was overwritten", i)
+		}
+	}
+}
