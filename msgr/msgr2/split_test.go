@@ -80,6 +80,21 @@ func feedWhole(t *testing.T, e *Engine, wire []byte) splitResult {
 // cut into buffers at cuts.
 func feedSplit(t *testing.T, e *Engine, wire []byte, cuts []int) (splitResult, [][]byte) {
 	t.Helper()
+	return feedParts(t, e, wire, cuts, false, false)
+}
+
+// feedAhead feeds the frame as a reader that computes the data's CRC as
+// it reads: with FeedSplitCRC (data cut at cuts) or, if whole, with
+// FeedBodyCRC (one body buffer). The CRC is computed piece by piece with
+// UpdateSegmentCRC over what was received, corruption included.
+func feedAhead(t *testing.T, e *Engine, wire []byte, cuts []int, whole bool) (splitResult, [][]byte) {
+	t.Helper()
+	return feedParts(t, e, wire, cuts, true, whole)
+}
+
+// feedParts is feedSplit (ahead false) and feedAhead.
+func feedParts(t *testing.T, e *Engine, wire []byte, cuts []int, ahead, whole bool) (splitResult, [][]byte) {
+	t.Helper()
 	if _, err := e.Feed(wire[:PreambleLen]); err != nil {
 		return splitResult{err: err}, nil
 	}
@@ -90,33 +105,6 @@ func feedSplit(t *testing.T, e *Engine, wire []byte, cuts []int) (splitResult, [
 	n, _ := e.Need()
 	if sp.Head+sp.Data+sp.Tail != n || len(wire) != PreambleLen+n {
 		t.Fatalf("split %+v for a body of %d bytes", sp, n)
-	}
-	body := bytes.Clone(wire[PreambleLen:])
-	head, data, tail := body[:sp.Head], body[sp.Head:sp.Head+sp.Data], body[sp.Head+sp.Data:]
-	pk, err := e.PeekMessage(head)
-	if err != nil {
-		if e.Err() == nil {
-			t.Fatal("PeekMessage failed but the engine is not closed")
-		}
-		return splitResult{err: err, atPeek: true}, nil
-	}
-	bufs := cutData(data, cuts)
-	evs, err := e.FeedSplit(head, bufs, tail)
-	return splitResult{evs: append([]Event(nil), evs...), err: err, dup: pk.Dup}, bufs
-}
-
-// feedAhead feeds the frame as a reader that computes the data's CRC as
-// it reads: with FeedSplitCRC (data cut at cuts) or, if whole, with
-// FeedBodyCRC (one body buffer). The CRC is computed piece by piece with
-// UpdateSegmentCRC over what was received, corruption included.
-func feedAhead(t *testing.T, e *Engine, wire []byte, cuts []int, whole bool) (splitResult, [][]byte) {
-	t.Helper()
-	if _, err := e.Feed(wire[:PreambleLen]); err != nil {
-		return splitResult{err: err}, nil
-	}
-	sp, ok := e.Split()
-	if !ok {
-		t.Fatal("Split not ok for a MESSAGE with data")
 	}
 	body := bytes.Clone(wire[PreambleLen:])
 	head, data, tail := body[:sp.Head], body[sp.Head:sp.Head+sp.Data], body[sp.Head+sp.Data:]
@@ -135,9 +123,17 @@ func feedAhead(t *testing.T, e *Engine, wire []byte, cuts []int, whole bool) (sp
 	}
 	pk, err := e.PeekMessage(head)
 	if err != nil {
+		if e.Err() == nil {
+			t.Fatal("PeekMessage failed but the engine is not closed")
+		}
 		return splitResult{err: err, atPeek: true}, nil
 	}
-	evs, err := e.FeedSplitCRC(head, bufs, tail, crc)
+	var evs []Event
+	if ahead {
+		evs, err = e.FeedSplitCRC(head, bufs, tail, crc)
+	} else {
+		evs, err = e.FeedSplit(head, bufs, tail)
+	}
 	return splitResult{evs: append([]Event(nil), evs...), err: err, dup: pk.Dup}, bufs
 }
 
