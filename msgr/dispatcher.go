@@ -73,6 +73,12 @@ type DataPlacer interface {
 	// with the data's, once the whole frame is read, and a mismatch ends in
 	// UnplaceData. Buffers of the wrong total length are a programming
 	// error: the messenger logs it, calls UnplaceData and allocates.
+	//
+	// The buffers must not overlap, and nothing else may write them until
+	// the message is delivered or UnplaceData is called: the data's CRC is
+	// computed over each piece as it lands (while it is in the CPU's
+	// cache), so it vouches for the bytes as received, not for whatever
+	// the buffers hold later.
 	PlaceData(c *Conn, h *msg.Header, front []byte, dataLen int) [][]byte
 	// UnplaceData reports that buffers PlaceData returned for the message
 	// with this header will not be delivered (the socket failed or the frame

@@ -1,8 +1,14 @@
+//go:build gc && !purego
+
 package crc32c
 
 import "golang.org/x/sys/cpu"
 
-var useFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+// useFold: the fold needs AVX-512 F and VL and the VPCLMULQDQ extension
+// (x/sys/cpu checks that the OS saves the ZMM state), and, for its
+// VEX-encoded moves and the final CRC32Q, AVX and SSE 4.2.
+var useFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ &&
+	cpu.X86.HasAVX && cpu.X86.HasSSE42
 
 // foldAVX512 folds p (n bytes, a non-zero multiple of 256) with the
 // initial register seed added into its first four bytes, and returns the

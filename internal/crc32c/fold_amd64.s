@@ -1,3 +1,5 @@
+//go:build gc && !purego
+
 #include "textflag.h"
 
 // func foldAVX512(seed uint32, p *byte, n int, k *[16]uint64) uint32

@@ -233,7 +233,8 @@ func (e *Engine) FeedBodyCRC(body []byte, dataCRC uint32) ([]Event, error) {
 		// FeedSplit does (ErrTruncated for the length).
 		return e.feedSplit(body, nil, nil, nil, nil)
 	}
-	return e.feedSplit(body[:sp.Head], nil, body[sp.Head:sp.Head+sp.Data], body[sp.Head+sp.Data:], &dataCRC)
+	d := sp.Head + sp.Data
+	return e.feedSplit(body[:sp.Head:sp.Head], nil, body[sp.Head:d:d], body[d:], &dataCRC) // capped, as Feed's segments are
 }
 
 // feedSplit is FeedSplit with the data either as buffers (data) or one

@@ -452,6 +452,9 @@ func TestSplitCRCAhead(t *testing.T) {
 			if err != nil || len(evs) == 0 || !bytes.Equal(evs[len(evs)-1].Msg.Data.Bytes(), data) {
 				t.Fatalf("good CRC: %v", err)
 			}
+			if d := evs[len(evs)-1].Msg.Data[0]; cap(d) != len(d) {
+				t.Fatalf("data segment of %d bytes has capacity %d: reaches into the epilogue", len(d), cap(d))
+			}
 		}
 		e, _, body := ready()
 		if _, err := e.FeedBodyCRC(body[:len(body)-1], good); !errors.Is(err, ErrTruncated) {
