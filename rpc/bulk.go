@@ -71,6 +71,11 @@ type Bulk struct {
 	// conn, for an overflow handle, is the connection of the peer that
 	// pulls it: the handle is freed if that connection fails.
 	conn *msgr.Conn
+
+	// seg1 and off1 hold segs and offs of a one-segment handle (the
+	// common case, and every overflow handle) without two allocations.
+	seg1 [1][]byte
+	off1 [1]int64
 }
 
 type bulkOrigin struct {
@@ -152,8 +157,12 @@ func (in *Instance) NewBulk(segs [][]byte, perm BulkPerm) (*Bulk, error) {
 
 func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 	b := &Bulk{in: in, perm: perm}
-	b.segs = make([][]byte, 0, len(segs))
-	b.offs = make([]int64, 0, len(segs))
+	if len(segs) == 1 {
+		b.segs, b.offs = b.seg1[:0], b.off1[:0]
+	} else {
+		b.segs = make([][]byte, 0, len(segs))
+		b.offs = make([]int64, 0, len(segs))
+	}
 	for _, s := range segs {
 		if len(s) == 0 {
 			continue
