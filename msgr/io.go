@@ -333,8 +333,8 @@ func (l *lowat) read(br *bufio.Reader, p []byte, left int, crc *uint32) error {
 // as the data arrives (lowat.read) rather than leaving it to the engine.
 const crcAheadMin = 64 << 10
 
-// readBody reads the n-byte body of the frame the engine waits for into
-// buf and feeds it. A MESSAGE with at least crcAheadMin bytes of data is
+// readBody reads the body of the frame the engine waits for into buf
+// (exactly its length) and feeds it. A MESSAGE with at least crcAheadMin bytes of data is
 // read in three parts, the data's CRC computed as it arrives.
 func (c *Conn) readBody(lw *lowat, br *bufio.Reader, e *msgr2.Engine, buf []byte) ([]msgr2.Event, error) {
 	sp, ok := e.Split()
