@@ -335,35 +335,52 @@ func ParseBody(p *Preamble, body []byte, rev1 bool) (segs [MaxSegments][]byte, e
 		for i := 1; i < n; i++ {
 			out[i] = take(int(p.Segments[i].Len))
 		}
-		ep := take(EpilogueRev1Len)
-		for i := 1; i < n; i++ {
-			want := binary.LittleEndian.Uint32(ep[1+4*(i-1):])
-			if got := msg.CRC32C(segmentCRCSeed, out[i]); got != want {
-				return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
-			}
+		if err := checkEpilogue(p.Tag, take(EpilogueRev1Len), true, n, func(i int) uint32 {
+			return msg.CRC32C(segmentCRCSeed, out[i])
+		}); err != nil {
+			return segs, err
 		}
-		switch ep[0] & lateStatusMask {
-		case LateStatusComplete:
-			return out, nil
-		case LateStatusAborted:
-			return segs, errorf(ErrAborted, p.Tag, "late status %#02x", ep[0])
-		}
-		return segs, errorf(ErrProtocol, p.Tag, "bad late status %#02x", ep[0])
+		return out, nil
 	}
 	for i := 0; i < n; i++ {
 		out[i] = take(int(p.Segments[i].Len))
 	}
-	ep := take(EpilogueRev0Len)
-	for i := 0; i < n; i++ {
-		want := binary.LittleEndian.Uint32(ep[1+4*i:])
-		if got := msg.CRC32C(segmentCRCSeed, out[i]); got != want {
-			return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
-		}
-	}
-	if ep[0]&lateFlagAborted != 0 {
-		return segs, errorf(ErrAborted, p.Tag, "late flags %#02x", ep[0])
+	if err := checkEpilogue(p.Tag, take(EpilogueRev0Len), false, n, func(i int) uint32 {
+		return msg.CRC32C(segmentCRCSeed, out[i])
+	}); err != nil {
+		return segs, err
 	}
 	return out, nil
+}
+
+// checkEpilogue verifies the CRCs that the epilogue ep of a frame with n
+// segments carries — of segments 1 to n-1 in msgr2.1 (segment 0's is
+// inline), of all n in msgr2.0 — against crc(i), then its late status
+// (msgr2.1) or late flags (msgr2.0).
+func checkEpilogue(tag Tag, ep []byte, rev1 bool, n int, crc func(i int) uint32) error {
+	first := 0
+	if rev1 {
+		first = 1
+	}
+	for i := first; i < n; i++ {
+		want := binary.LittleEndian.Uint32(ep[1+4*(i-first):])
+		if got := crc(i); got != want {
+			return errorf(ErrSegmentCRC, tag, "segment %d: got %#08x want %#08x", i, got, want)
+		}
+	}
+	if rev1 {
+		switch ep[0] & lateStatusMask {
+		case LateStatusComplete:
+			return nil
+		case LateStatusAborted:
+			return errorf(ErrAborted, tag, "late status %#02x", ep[0])
+		}
+		return errorf(ErrProtocol, tag, "bad late status %#02x", ep[0])
+	}
+	if ep[0]&lateFlagAborted != 0 {
+		return errorf(ErrAborted, tag, "late flags %#02x", ep[0])
+	}
+	return nil
 }
 
 // segmentAlign returns the alignment a sender declares for segment i of a

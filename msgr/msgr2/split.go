@@ -75,29 +75,10 @@ func parseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 b
 	if err != nil {
 		return segs, err
 	}
-	if rev1 {
-		for i := 1; i < MaxSegments; i++ {
-			want := binary.LittleEndian.Uint32(tail[1+4*(i-1):])
-			if got := segmentCRC(out[i], data, i, dataCRC); got != want {
-				return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
-			}
-		}
-		switch tail[0] & lateStatusMask {
-		case LateStatusComplete:
-			return out, nil
-		case LateStatusAborted:
-			return segs, errorf(ErrAborted, p.Tag, "late status %#02x", tail[0])
-		}
-		return segs, errorf(ErrProtocol, p.Tag, "bad late status %#02x", tail[0])
-	}
-	for i := 0; i < MaxSegments; i++ {
-		want := binary.LittleEndian.Uint32(tail[1+4*i:])
-		if got := segmentCRC(out[i], data, i, dataCRC); got != want {
-			return segs, errorf(ErrSegmentCRC, p.Tag, "segment %d: got %#08x want %#08x", i, got, want)
-		}
-	}
-	if tail[0]&lateFlagAborted != 0 {
-		return segs, errorf(ErrAborted, p.Tag, "late flags %#02x", tail[0])
+	if err := checkEpilogue(p.Tag, tail, rev1, MaxSegments, func(i int) uint32 {
+		return segmentCRC(out[i], data, i, dataCRC)
+	}); err != nil {
+		return segs, err
 	}
 	return out, nil
 }
