@@ -309,15 +309,7 @@ func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 		putBuf(bp)
 	}
 	*m = msg.Message{Header: msg.Header{Type: wire.TypeReply, Tid: r.tid, Priority: r.prio}, Release: rel}
-	switch len(data) {
-	case 0:
-		m.SetSegments(front, nil, nil)
-	case 1:
-		m.SetSegments(front, nil, data[0])
-	default:
-		m.SetSegments(front, nil, nil)
-		m.Data = append(msg.Buffers(nil), data...)
-	}
+	setSegments(m, front, data, true)
 	r.rel = nil // m carries it now
 	r.release()
 	if conn == nil {

@@ -210,15 +210,7 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 	if flags&QueueFront != 0 {
 		m.Header.Priority = msg.PrioHigh
 	}
-	switch len(data) {
-	case 0:
-		m.SetSegments(front, nil, nil)
-	case 1:
-		m.SetSegments(front, nil, data[0])
-	default:
-		m.SetSegments(front, nil, nil)
-		m.Data = append(msg.Buffers(nil), data...)
-	}
+	setSegments(m, front, data, true)
 	return nil
 }
 

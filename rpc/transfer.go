@@ -386,11 +386,10 @@ func (c *Context) sendAll(t *BulkTransfer, out []*msg.Message) {
 	}
 }
 
-func bulkMsg(h *wire.BulkHeader, data [][]byte, prio msg.Priority) *msg.Message {
-	m := msg.New(wire.TypeBulk)
-	m.Header.Priority = prio
-	m.Header.Tid = h.Xfer
-	front := h.Append(make([]byte, 0, wire.BulkHeaderLen))
+// setSegments gives m the front and the data buffers; one data buffer
+// lives in m itself (no slice header to allocate). With scratch set,
+// data is the caller's reusable list and is copied; otherwise m keeps it.
+func setSegments(m *msg.Message, front []byte, data [][]byte, scratch bool) {
 	switch len(data) {
 	case 0:
 		m.SetSegments(front, nil, nil)
@@ -398,8 +397,19 @@ func bulkMsg(h *wire.BulkHeader, data [][]byte, prio msg.Priority) *msg.Message 
 		m.SetSegments(front, nil, data[0])
 	default:
 		m.SetSegments(front, nil, nil)
+		if scratch {
+			data = append(msg.Buffers(nil), data...)
+		}
 		m.Data = data
 	}
+}
+
+func bulkMsg(h *wire.BulkHeader, data [][]byte, prio msg.Priority) *msg.Message {
+	m := msg.New(wire.TypeBulk)
+	m.Header.Priority = prio
+	m.Header.Tid = h.Xfer
+	front := h.Append(make([]byte, 0, wire.BulkHeaderLen))
+	setSegments(m, front, data, false)
 	return m
 }
 
