@@ -111,16 +111,25 @@ func (o sumsOut) AppendBinary(b []byte) ([]byte, error) {
 
 // serveBulkTest registers the test protocol on the pair's server.
 func (p *bulkPair) serveBulkTest(t testing.TB) {
+	if err := p.srv.Register(bulkTestProtocol(p.srv)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bulkTestProtocol is the bulk test protocol served by in: allocate a
+// handle over a pseudo-random buffer cut into pieces, and report the
+// checksums of a range of one and of what surrounds it.
+func bulkTestProtocol(in *rpc.Instance) rpc.Protocol {
 	var mu sync.Mutex
 	bufs := map[uint64][]byte{}
-	err := p.srv.Register(rpc.Protocol{Name: "bulktest", Base: bulkTestBase, Version: 1, RPCs: []rpc.RPC{
+	return rpc.Protocol{Name: "bulktest", Base: bulkTestBase, Version: 1, RPCs: []rpc.RPC{
 		{Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
 			var a allocIn
 			if err := r.Decode(&a); err != nil {
 				return err
 			}
 			segs, all := splitBuf(rand.New(rand.NewPCG(a.seed, 7)), a.size, a.pieces)
-			b, err := p.srv.NewBulk(segs, a.perm)
+			b, err := in.NewBulk(segs, a.perm)
 			if err != nil {
 				return err
 			}
@@ -140,10 +149,7 @@ func (p *bulkPair) serveBulkTest(t testing.TB) {
 			mu.Unlock()
 			return r.Reply(sumsOut(rangeSums(all, off, n)))
 		}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}
 }
 
 // rawBody returns an incoming request's encoded input.

@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -411,36 +410,7 @@ func directChild(addr string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var mu sync.Mutex
-	bufs := map[uint64][]byte{}
-	err = in.Register(rpc.Protocol{Name: "bulktest", Base: bulkTestBase, Version: 1, RPCs: []rpc.RPC{
-		{Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
-			var a allocIn
-			if err := r.Decode(&a); err != nil {
-				return err
-			}
-			segs, all := splitBuf(rand.New(rand.NewPCG(a.seed, 7)), a.size, a.pieces)
-			b, err := in.NewBulk(segs, a.perm)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			bufs[b.Handle().Key] = all
-			mu.Unlock()
-			return r.Reply(b.Handle())
-		}},
-		{Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
-			var key uint64
-			var off, n int
-			if _, err := fmt.Sscanf(string(rawBody(r)), "%d %d %d", &key, &off, &n); err != nil {
-				return err
-			}
-			mu.Lock()
-			all := bufs[key]
-			mu.Unlock()
-			return r.Reply(sumsOut(rangeSums(all, off, n)))
-		}},
-	}})
+	err = in.Register(bulkTestProtocol(in))
 	if err == nil {
 		err = in.Register(rpc.Protocol{Name: "directtest", Base: directTestBase, Version: 1, RPCs: []rpc.RPC{
 			{Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
