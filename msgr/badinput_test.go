@@ -35,9 +35,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// rawClient performs a client handshake over a real socket with the
-// protocol engine and returns the socket, ready for hand-made frames.
-func rawClient(t *testing.T, addr string) net.Conn {
+// rawDial opens a plain TCP socket to a messenger address, closed when
+// the test ends, with a 10 s deadline on everything done with it.
+func rawDial(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	ta, err := transport.ParseAddr(addr)
 	if err != nil {
@@ -49,6 +49,14 @@ func rawClient(t *testing.T, addr string) net.Conn {
 	}
 	t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	return nc
+}
+
+// rawClient performs a client handshake over a real socket with the
+// protocol engine and returns the socket, ready for hand-made frames.
+func rawClient(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	nc := rawDial(t, addr)
 	e := msgr2.NewEngine(msgr2.Config{
 		Role:       msgr2.Client,
 		MyName:     msg.EntityName{Type: msg.EntityClient, Num: msg.NewID},

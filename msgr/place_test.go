@@ -438,16 +438,7 @@ func TestPlaceDataFailures(t *testing.T) {
 // the server's cookie.
 func rawSession(t *testing.T, addr string, serverCookie, connectSeq, globalSeq uint64, peer msg.EntityName) (net.Conn, *msgr2.Engine) {
 	t.Helper()
-	ta, err := transport.ParseAddr(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.DialTimeout("tcp", ta.Host, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	nc := rawDial(t, addr)
 	e := msgr2.NewEngine(msgr2.Config{
 		Role:         msgr2.Client,
 		MyName:       msg.EntityName{Type: msg.EntityOSD, Num: 5},
