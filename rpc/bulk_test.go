@@ -207,6 +207,42 @@ func register(t testing.TB, in *rpc.Instance, segs [][]byte, perm rpc.BulkPerm) 
 	return b
 }
 
+// checkTransfer moves n bytes with op between random offsets (at least
+// low) of a fresh server buffer and a local one, each cut into at least
+// low+1 segments, and checks the data on both sides (the server's through
+// p.sums) and that nothing outside the range changed.
+func checkTransfer(t *testing.T, p *bulkPair, rng *rand.Rand, op rpc.BulkOp, n, low int) {
+	t.Helper()
+	roff, loff := low+rng.IntN(5000), low+rng.IntN(3000)
+	rh, rall := p.remote(t, rng.Uint64(), n+roff+low+rng.IntN(100), 1+low+rng.IntN(4), rpc.BulkRW)
+	lsegs, lall := splitBuf(rng, n+loff+low+rng.IntN(100), 1+low+rng.IntN(4))
+	lb := register(t, p.cli, lsegs, rpc.BulkRW)
+	lbefore := bytes.Clone(lall)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := p.cctx.TransferWait(ctx, rpc.BulkDesc{
+		Op: op, Remote: rh, RemoteOff: int64(roff),
+		Local: lb, LocalOff: int64(loff), Len: int64(n), Peer: p.peer,
+	})
+	if err != nil {
+		t.Fatalf("%v of %d bytes: %v", op, n, err)
+	}
+	if op == rpc.BulkGet {
+		if !bytes.Equal(lall[loff:loff+n], rall[roff:roff+n]) {
+			t.Fatalf("GET of %d bytes: data differs", n)
+		}
+		if !bytes.Equal(lall[:loff], lbefore[:loff]) || !bytes.Equal(lall[loff+n:], lbefore[loff+n:]) {
+			t.Fatalf("GET of %d bytes wrote outside its range", n)
+		}
+		return
+	}
+	want := rangeSums(rall, roff, n)
+	want[1] = crc32.ChecksumIEEE(lall[loff : loff+n])
+	if got := p.sums(t, rh.Key, roff, n); got != want {
+		t.Fatalf("PUT of %d bytes: server CRCs before/in/after the range %x, want %x", n, got, want)
+	}
+}
+
 func TestBulkIntegrity(t *testing.T) {
 	p := newBulkPair(t, rpc.Options{})
 	p.serveBulkTest(t)
@@ -216,38 +252,10 @@ func TestBulkIntegrity(t *testing.T) {
 		sizes = append(sizes, 64<<20)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	for _, n := range sizes {
 		for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
 			t.Run(fmt.Sprintf("%v/%d", op, n), func(t *testing.T) {
-				roff, loff := rng.IntN(5000), rng.IntN(3000)
-				rh, rall := p.remote(t, rng.Uint64(), n+roff+rng.IntN(100), 1+rng.IntN(4), rpc.BulkRW)
-				lsegs, lall := splitBuf(rng, n+loff+rng.IntN(100), 1+rng.IntN(4))
-				lb := register(t, p.cli, lsegs, rpc.BulkRW)
-				lbefore := bytes.Clone(lall)
-				err := p.cctx.TransferWait(ctx, rpc.BulkDesc{
-					Op: op, Remote: rh, RemoteOff: int64(roff),
-					Local: lb, LocalOff: int64(loff), Len: int64(n), Peer: p.peer,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if op == rpc.BulkGet {
-					if !bytes.Equal(lall[loff:loff+n], rall[roff:roff+n]) {
-						t.Fatalf("GET of %d bytes: data differs", n)
-					}
-					// Nothing outside the range was touched.
-					if !bytes.Equal(lall[:loff], lbefore[:loff]) || !bytes.Equal(lall[loff+n:], lbefore[loff+n:]) {
-						t.Fatalf("GET of %d bytes wrote outside its range", n)
-					}
-					return
-				}
-				want := rangeSums(rall, roff, n)
-				want[1] = crc32.ChecksumIEEE(lall[loff : loff+n])
-				if got := p.sums(t, rh.Key, roff, n); got != want {
-					t.Fatalf("PUT of %d bytes: server CRCs before/in/after the range %x, want %x", n, got, want)
-				}
+				checkTransfer(t, p, rng, op, n, 0)
 			})
 		}
 	}

@@ -80,41 +80,6 @@ func bigSize(n, race int) int {
 	return n
 }
 
-// checkTransfer moves n bytes with op between random non-zero offsets of
-// a fresh multi-segment server buffer and a multi-segment local one, and
-// checks the data on both sides (the server's through p.sums).
-func checkTransfer(t *testing.T, p *bulkPair, rng *rand.Rand, op rpc.BulkOp, n int) {
-	t.Helper()
-	roff, loff := 1+rng.IntN(5000), 1+rng.IntN(3000)
-	rh, rall := p.remote(t, rng.Uint64(), n+roff+1+rng.IntN(100), 2+rng.IntN(4), rpc.BulkRW)
-	lsegs, lall := splitBuf(rng, n+loff+1+rng.IntN(100), 2+rng.IntN(4))
-	lb := register(t, p.cli, lsegs, rpc.BulkRW)
-	lbefore := bytes.Clone(lall)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := p.cctx.TransferWait(ctx, rpc.BulkDesc{
-		Op: op, Remote: rh, RemoteOff: int64(roff),
-		Local: lb, LocalOff: int64(loff), Len: int64(n), Peer: p.peer,
-	})
-	if err != nil {
-		t.Fatalf("%v of %d bytes: %v", op, n, err)
-	}
-	if op == rpc.BulkGet {
-		if !bytes.Equal(lall[loff:loff+n], rall[roff:roff+n]) {
-			t.Fatalf("GET of %d bytes: data differs", n)
-		}
-		if !bytes.Equal(lall[:loff], lbefore[:loff]) || !bytes.Equal(lall[loff+n:], lbefore[loff+n:]) {
-			t.Fatalf("GET of %d bytes wrote outside its range", n)
-		}
-		return
-	}
-	want := rangeSums(rall, roff, n)
-	want[1] = crc32.ChecksumIEEE(lall[loff : loff+n])
-	if got := p.sums(t, rh.Key, roff, n); got != want {
-		t.Fatalf("PUT of %d bytes: server CRCs before/in/after the range %x, want %x", n, got, want)
-	}
-}
-
 // waitLeases waits until no peer holds a direct range (their
 // BulkDirectDone messages arrived).
 func waitLeases(t testing.TB) {
@@ -133,7 +98,7 @@ func TestDirectBulk(t *testing.T) {
 			for _, n := range directSizes {
 				for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
 					before := p.cctx.BulkStats().Direct
-					checkTransfer(t, p, rng, op, n)
+					checkTransfer(t, p, rng, op, n, 1)
 					if got := p.cctx.BulkStats().Direct - before; got != 1 {
 						t.Fatalf("%v of %d bytes: %d transfers by the direct path, want 1", op, n, got)
 					}
@@ -226,7 +191,7 @@ func TestDirectThreshold(t *testing.T) {
 			rng := rand.New(rand.NewPCG(13, 14))
 			for _, n := range []int{rpc.DefaultEagerLimit, rpc.DefaultEagerLimit + 1, 1 << 20} {
 				before := p.cctx.BulkStats().Direct
-				checkTransfer(t, p, rng, rpc.BulkGet, n)
+				checkTransfer(t, p, rng, rpc.BulkGet, n, 1)
 				want := uint64(0)
 				if scheme != "tcp" && n > rpc.DefaultEagerLimit {
 					want = 1
@@ -251,14 +216,14 @@ func TestDirectFallback(t *testing.T) {
 			p.serveBulkTest(t)
 			rng := rand.New(rand.NewPCG(15, 16))
 			calls := rpc.DirectCalls()
-			checkTransfer(t, p, rng, rpc.BulkGet, 1<<20+3)
+			checkTransfer(t, p, rng, rpc.BulkGet, 1<<20+3, 1)
 			if got := rpc.DirectCalls() - calls; got != 1 {
 				t.Fatalf("%d direct system calls for the first transfer, want 1 (refused)", got)
 			}
 			calls = rpc.DirectCalls()
 			for _, n := range directSizes {
 				for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
-					checkTransfer(t, p, rng, op, n)
+					checkTransfer(t, p, rng, op, n, 1)
 				}
 			}
 			// Only the server's own first pull (the rendezvous PUT, on
@@ -541,7 +506,7 @@ func TestDirectTwoProcesses(t *testing.T) {
 			for _, n := range directSizes {
 				for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
 					before := p.cctx.BulkStats().Direct
-					checkTransfer(t, p, rng, op, n)
+					checkTransfer(t, p, rng, op, n, 1)
 					direct += int(p.cctx.BulkStats().Direct - before)
 				}
 			}
