@@ -195,17 +195,23 @@ func (p *peer) readLine(d time.Duration) (string, error) {
 }
 
 func (p *peer) stats() (mallocs, rpcs uint64, err error) {
+	mallocs, rpcs, _, err = p.statsCPU()
+	return mallocs, rpcs, err
+}
+
+// statsCPU also returns the server's CPU time in microseconds.
+func (p *peer) statsCPU() (mallocs, rpcs uint64, cpu int64, err error) {
 	p.ctlMu.Lock()
 	defer p.ctlMu.Unlock()
 	if _, err := io.WriteString(p.stdin, "stats\n"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	line, err := p.readLine(10 * time.Second)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	_, err = fmt.Sscanf(line, "stats %d %d", &mallocs, &rpcs)
-	return mallocs, rpcs, err
+	_, err = fmt.Sscanf(line, "stats %d %d %d", &mallocs, &rpcs, &cpu)
+	return mallocs, rpcs, cpu, err
 }
 
 func (p *peer) stop() {

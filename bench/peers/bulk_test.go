@@ -265,7 +265,8 @@ func (g *grpcBulk) getStream() error {
 // ---- measurement ----
 
 // benchOp runs op b.N times (after a warm-up) and reports MB/s for size
-// bytes per op, the client's allocs/op and the server's srv-allocs/op.
+// bytes per op, the client's allocs/op and the server's srv-allocs/op, and
+// each process's CPU time per op (cli-cpu-µs/op, srv-cpu-µs/op).
 func benchOp(b *testing.B, size int, op func() error) {
 	c := getBulk(b)
 	for range 3 {
@@ -275,10 +276,11 @@ func benchOp(b *testing.B, size int, op func() error) {
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	m0, _, err := c.p.stats()
+	m0, _, s0, err := c.p.statsCPU()
 	if err != nil {
 		b.Fatal(err)
 	}
+	c0 := CPUTime()
 	b.ResetTimer()
 	for range b.N {
 		if err := op(); err != nil {
@@ -286,11 +288,16 @@ func benchOp(b *testing.B, size int, op func() error) {
 		}
 	}
 	b.StopTimer()
-	m1, _, err := c.p.stats()
+	c1 := CPUTime()
+	m1, _, s1, err := c.p.statsCPU()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(m1-m0)/float64(b.N), "srv-allocs/op")
+	// CPU time of both processes per operation: on a machine with spare
+	// cores it is what a transfer costs, beside what it takes.
+	b.ReportMetric(float64(c1-c0)/float64(b.N), "cli-cpu-µs/op")
+	b.ReportMetric(float64(s1-s0)/float64(b.N), "srv-cpu-µs/op")
 }
 
 func withRaw(b *testing.B, f func(r *rawBulk)) {

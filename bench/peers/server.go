@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"google.golang.org/grpc"
 
@@ -132,7 +133,7 @@ const rawEchoBit = 1 << 31
 //	grpc 127.0.0.1:PORT
 //
 // then answers commands from in, one per line: "stats" gets
-// "stats MALLOCS RPCS" (runtime.MemStats.Mallocs and the RPCs served by
+// "stats MALLOCS RPCS CPU-µs" (runtime.MemStats.Mallocs and the RPCs served by
 // all three). It returns when in reaches EOF.
 func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	if log == nil {
@@ -193,7 +194,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		case "stats":
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			if _, err := fmt.Fprintf(out, "stats %d %d\n", ms.Mallocs, served.Load()); err != nil {
+			if _, err := fmt.Fprintf(out, "stats %d %d %d\n", ms.Mallocs, served.Load(), CPUTime()); err != nil {
 				return err
 			}
 		case "":
@@ -298,6 +299,16 @@ func RawServe(c net.Conn, n *atomic.Uint64) error {
 			return err
 		}
 	}
+}
+
+// CPUTime is the CPU time (user and system) this process has used, in
+// microseconds.
+func CPUTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano()/1e3 + ru.Stime.Nano()/1e3
 }
 
 // BulkOptionsFromEnv reads bulk sizes for experiments from the
