@@ -34,7 +34,13 @@ var (
 	OpBulkInfo  = rpc.MakeOpcode(4, 0, 0) // empty in, BulkInfo out
 	OpBulkWrite = rpc.MakeOpcode(4, 0, 1) // BulkWriteIn in: the server GETs the bytes, then replies (empty)
 	OpBulkCheck = rpc.MakeOpcode(4, 0, 2) // BulkCheckIn in, CRC32-C (u32) out
+	OpBulkBig   = rpc.MakeOpcode(4, 0, 3) // empty in, BulkInfo out: handles of BulkBig-byte buffers (addresses empty)
 )
+
+// BulkBig is the length of the server's large GET source and PUT target,
+// allocated on the first OpBulkBig (the head-of-line benchmark's single
+// transfer of this size).
+const BulkBig = 256 << 20
 
 // BulkInfo is what a client needs to reach the bulk servers: the handles
 // of the server's GET source (read-only, filled with Pattern(seedServer))
@@ -190,6 +196,9 @@ type bulkServer struct {
 	src, dst, sink          *rpc.Bulk
 	srcBuf, dstBuf, sinkBuf []byte
 
+	bigMu sync.Mutex
+	big   *BulkInfo // OpBulkBig's answer, once allocated
+
 	rl     net.Listener
 	mu     sync.Mutex
 	closed bool
@@ -267,24 +276,53 @@ func (s *bulkServer) protocol(info *BulkInfo) rpc.Protocol {
 			return r.Reply(info)
 		}},
 		{Name: "write", Handler: s.write},
-		{Name: "check", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
-			var in BulkCheckIn
-			if err := r.Decode(&in); err != nil {
-				return err
-			}
-			var b []byte
-			switch in.Which {
-			case BulkCheckDst:
-				b = s.dstBuf
-			case BulkCheckSink:
-				b = s.sinkBuf
-			}
-			if in.N < 0 || in.N > int64(len(b)) {
-				return &rpc.Error{Code: rpc.CodeInvalid, Msg: "bad check range"}
-			}
-			return r.Reply(U32(CRC32C(b[:in.N])))
-		}},
+		{Name: "check", Flags: rpc.Inline, Handler: s.check},
+		{Name: "big", Handler: s.bigBuffers},
 	}}
+}
+
+// bigBuffers answers OpBulkBig, allocating the large source (filled, so
+// that every page is real) and target on the first call.
+func (s *bulkServer) bigBuffers(r *rpc.Incoming) error {
+	s.bigMu.Lock()
+	defer s.bigMu.Unlock()
+	if s.big == nil {
+		src, dst := make([]byte, BulkBig), make([]byte, BulkBig)
+		Pattern(src, seedServer)
+		clear(dst)
+		fi := r.Target().Instance()
+		hs, err := fi.NewBulk([][]byte{src}, rpc.BulkRO)
+		if err != nil {
+			return err
+		}
+		hd, err := fi.NewBulk([][]byte{dst}, rpc.BulkWO)
+		if err != nil {
+			hs.Free()
+			return err
+		}
+		s.big = &BulkInfo{Src: hs.Handle(), Dst: hd.Handle()}
+	}
+	return r.Reply(s.big)
+}
+
+// check answers OpBulkCheck: the CRC32-C of the first N bytes of a
+// server buffer.
+func (s *bulkServer) check(r *rpc.Incoming) error {
+	var in BulkCheckIn
+	if err := r.Decode(&in); err != nil {
+		return err
+	}
+	var b []byte
+	switch in.Which {
+	case BulkCheckDst:
+		b = s.dstBuf
+	case BulkCheckSink:
+		b = s.sinkBuf
+	}
+	if in.N < 0 || in.N > int64(len(b)) {
+		return &rpc.Error{Code: rpc.CodeInvalid, Msg: "bad check range"}
+	}
+	return r.Reply(U32(CRC32C(b[:in.N])))
 }
 
 func (s *bulkServer) write(r *rpc.Incoming) error {

@@ -13,6 +13,7 @@ package peers
 //	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
 //	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
 //	BenchmarkHOL/bg=none|get16MiB|put16MiB    64 B ferry RPCs on the connection that carries back-to-back 16 MiB transfers
+//	BenchmarkHOL/bg=get256MiB|put256MiB       the same behind single 256 MiB transfers (one after another)
 //
 // Every contender lands received bytes in one reused 16 MiB buffer per
 // side and sends from one; ns/op, MB/s and allocs/op are the client's,
@@ -56,6 +57,11 @@ type bulkClient struct {
 	local *rpc.Bulk
 	ep    rpc.Endpoint // the server: rank 0, tag 0
 	gcc   *grpc.ClientConn
+
+	bigOnce  sync.Once // the head-of-line benchmark's BulkBig buffers
+	bigInfo  BulkInfo
+	bigLocal *rpc.Bulk
+	bigErr   error
 }
 
 var (
@@ -346,13 +352,42 @@ func BenchmarkBulkGet(b *testing.B) {
 // client context whose connection also carries back-to-back 16 MiB
 // transfers from a background goroutine (none, GETs or PUTs): the RPCs'
 // p50 and p99 latency, and the background's MB/s.
+//
+// The 256 MiB variants run single transfers of BulkBig bytes (the issue's
+// case) between buffers of that size, allocated when they first run.
 func BenchmarkHOL(b *testing.B) {
-	b.Run("bg=none", func(b *testing.B) { benchHOL(b, 0) })
-	b.Run("bg=get16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet) })
-	b.Run("bg=put16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut) })
+	b.Run("bg=none", func(b *testing.B) { benchHOL(b, 0, 0) })
+	b.Run("bg=get16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkMax) })
+	b.Run("bg=put16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkMax) })
+	b.Run("bg=get256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkBig) })
+	b.Run("bg=put256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkBig) })
 }
 
-func benchHOL(b *testing.B, bg rpc.BulkOp) {
+// bigTransfer returns an operation moving BulkBig bytes between the
+// server's large buffers and a client buffer of that size, allocating
+// both on first use.
+func (c *bulkClient) bigTransfer(op rpc.BulkOp) (func() error, error) {
+	c.bigOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if c.bigErr = c.p.fc.Call(ctx, c.ep, OpBulkBig, nil, &c.bigInfo); c.bigErr != nil {
+			return
+		}
+		buf := make([]byte, BulkBig)
+		Pattern(buf, seedClient)
+		c.bigLocal, c.bigErr = c.p.fi.NewBulk([][]byte{buf}, rpc.BulkRW)
+	})
+	if c.bigErr != nil {
+		return nil, c.bigErr
+	}
+	d := rpc.BulkDesc{Op: op, Remote: c.bigInfo.Src, Local: c.bigLocal, Len: BulkBig, Peer: &c.ep}
+	if op == rpc.BulkPut {
+		d.Remote = c.bigInfo.Dst
+	}
+	return func() error { return c.p.fc.TransferWait(context.Background(), d) }, nil
+}
+
+func benchHOL(b *testing.B, bg rpc.BulkOp, size int64) {
 	c := getBulk(b)
 	call := ferryCall(c.p, OpSink, 64, 0)
 	var out []byte
@@ -367,7 +402,13 @@ func benchHOL(b *testing.B, bg rpc.BulkOp) {
 		done  = make(chan error, 1)
 	)
 	if bg != 0 {
-		xfer := c.ferryTransfer(bg, BulkMax)
+		xfer := c.ferryTransfer(bg, int(size))
+		if size > BulkMax {
+			var err error
+			if xfer, err = c.bigTransfer(bg); err != nil {
+				b.Fatal(err)
+			}
+		}
 		go func() {
 			for {
 				select {
@@ -380,7 +421,7 @@ func benchHOL(b *testing.B, bg rpc.BulkOp) {
 					done <- err
 					return
 				}
-				moved.Add(BulkMax)
+				moved.Add(size)
 			}
 		}()
 		// Measure only once a transfer is under way.
