@@ -98,6 +98,7 @@ type peer struct {
 	ctlMu sync.Mutex
 
 	ferryAddr, rawAddr, grpcAddr string
+	ferryUnix                    string // the ferry server's Unix-socket address
 
 	fi  *rpc.Instance
 	fc  *rpc.Context // manual progress (ferry-send)
@@ -148,7 +149,15 @@ func (p *peer) start() error {
 		}
 		switch k, v, _ := strings.Cut(line, " "); k {
 		case "ferry":
-			p.ferryAddr = v
+			// The TCP address for every ferry contender but the
+			// bulk benchmarks' ferry-unix (bulk_test.go).
+			for _, a := range strings.Split(v, ",") {
+				if strings.HasPrefix(a, "unix://") {
+					p.ferryUnix = a
+				} else {
+					p.ferryAddr = a
+				}
+			}
 		case "raw":
 			p.rawAddr = v
 		case "grpc":

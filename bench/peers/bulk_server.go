@@ -16,6 +16,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -50,9 +51,10 @@ type BulkInfo struct {
 	Src, Dst rpc.BulkHandle
 	Raw      string
 	GRPC     string
+	GRPCUnix string // the bulk gRPC server on a Unix socket ("unix:///path")
 }
 
-// AppendBinary encodes the handles, then the two addresses (u16 length
+// AppendBinary encodes the handles, then the three addresses (u16 length
 // and bytes each).
 func (b *BulkInfo) AppendBinary(p []byte) ([]byte, error) {
 	var err error
@@ -62,7 +64,7 @@ func (b *BulkInfo) AppendBinary(p []byte) ([]byte, error) {
 	if p, err = b.Dst.AppendBinary(p); err != nil {
 		return p, err
 	}
-	for _, s := range []string{b.Raw, b.GRPC} {
+	for _, s := range []string{b.Raw, b.GRPC, b.GRPCUnix} {
 		p = binary.LittleEndian.AppendUint16(p, uint16(len(s)))
 		p = append(p, s...)
 	}
@@ -78,7 +80,7 @@ func (b *BulkInfo) UnmarshalBinary(p []byte) error {
 	if p, err = b.Dst.Decode(p); err != nil {
 		return err
 	}
-	for _, s := range []*string{&b.Raw, &b.GRPC} {
+	for _, s := range []*string{&b.Raw, &b.GRPC, &b.GRPCUnix} {
 		if len(p) < 2 {
 			return errors.New("peers: short bulk info")
 		}
@@ -204,15 +206,16 @@ type bulkServer struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 
-	gs *grpc.Server
-	gl net.Listener
-	wg sync.WaitGroup
+	gs     *grpc.Server
+	gl, gu net.Listener // TCP and Unix-socket listeners of gs
+	wg     sync.WaitGroup
 }
 
 // startBulk registers the bulk protocol and buffers on fi (whose first
 // context must have Auto progress) and starts the raw stream floor and
-// the bulk gRPC server; n counts the operations they serve.
-func startBulk(fi *rpc.Instance, n *atomic.Uint64) (_ *bulkServer, err error) {
+// the bulk gRPC server, the latter also on a Unix socket in dir; n
+// counts the operations they serve.
+func startBulk(fi *rpc.Instance, n *atomic.Uint64, dir string) (_ *bulkServer, err error) {
 	s := &bulkServer{n: n, conns: map[net.Conn]struct{}{}}
 	s.srcBuf, s.dstBuf, s.sinkBuf = make([]byte, BulkMax), make([]byte, BulkMax), make([]byte, BulkMax)
 	Pattern(s.srcBuf, seedServer)
@@ -232,23 +235,32 @@ func startBulk(fi *rpc.Instance, n *atomic.Uint64) (_ *bulkServer, err error) {
 		s.rl.Close()
 		return nil, err
 	}
-	info := &BulkInfo{Src: s.src.Handle(), Dst: s.dst.Handle(), Raw: s.rl.Addr().String(), GRPC: s.gl.Addr().String()}
-	if err := fi.Register(s.protocol(info)); err != nil {
+	gpath := filepath.Join(dir, "grpc.sock")
+	if s.gu, err = net.Listen("unix", gpath); err != nil {
 		s.rl.Close()
 		s.gl.Close()
 		return nil, err
 	}
+	info := &BulkInfo{Src: s.src.Handle(), Dst: s.dst.Handle(), Raw: s.rl.Addr().String(), GRPC: s.gl.Addr().String(), GRPCUnix: "unix://" + gpath}
+	if err := fi.Register(s.protocol(info)); err != nil {
+		s.rl.Close()
+		s.gl.Close()
+		s.gu.Close()
+		return nil, err
+	}
 	s.gs = grpc.NewServer(GRPCBulkServerOptions()...)
 	s.gs.RegisterService(s.grpcDesc(), nil)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
 		s.serveRaw()
 	}()
-	go func() {
-		defer s.wg.Done()
-		_ = s.gs.Serve(s.gl)
-	}()
+	for _, l := range []net.Listener{s.gl, s.gu} {
+		go func() {
+			defer s.wg.Done()
+			_ = s.gs.Serve(l)
+		}()
+	}
 	return s, nil
 }
 

@@ -12,6 +12,9 @@ package peers
 //	BenchmarkBulkGet/size=S/impl=ferry        TransferWait GET from the server's read-only buffer
 //	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
 //	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
+//	BenchmarkBulk*/size=S/impl=ferry-unix     same-host peers: ferry over the server's Unix socket, where
+//	                                          transfers take the direct path (process_vm_readv/writev)
+//	BenchmarkBulk*/size=S/impl=grpc-unary-unix gRPC unary over a Unix socket
 //	BenchmarkHOL/bg=none|get16MiB|put16MiB    64 B ferry RPCs on the connection that carries back-to-back 16 MiB transfers
 //	BenchmarkHOL/bg=get256MiB|put256MiB       the same behind single 256 MiB transfers (one after another)
 //
@@ -28,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"sync"
@@ -57,6 +61,10 @@ type bulkClient struct {
 	local *rpc.Bulk
 	ep    rpc.Endpoint // the server: rank 0, tag 0
 	gcc   *grpc.ClientConn
+
+	uxOnce sync.Once // the same-host (Unix socket) contenders
+	ux     *unixSide
+	uxErr  error
 
 	bigOnce  sync.Once // the head-of-line benchmark's BulkBig buffers
 	bigInfo  BulkInfo
@@ -99,6 +107,66 @@ func newBulkClient(p *peer) (*bulkClient, error) {
 		grpc.WithInitialWindowSize(GRPCWindow),
 		grpc.WithInitialConnWindowSize(GRPCWindow))
 	return c, err
+}
+
+// unixSide is the client of the same-host contenders: a second ferry
+// instance that reaches the server over its Unix socket (so bulk
+// transfers take the direct path, process_vm_readv/writev), with its own
+// registered 16 MiB buffer, and a gRPC connection over a Unix socket.
+type unixSide struct {
+	fi    *rpc.Instance
+	fc    *rpc.Context
+	buf   []byte
+	local *rpc.Bulk
+	gcc   *grpc.ClientConn
+}
+
+func (c *bulkClient) unix(tb testing.TB) *unixSide {
+	tb.Helper()
+	c.uxOnce.Do(func() { c.ux, c.uxErr = c.newUnixSide() })
+	if c.uxErr != nil {
+		tb.Fatalf("setting up the same-host client: %v", c.uxErr)
+	}
+	return c.ux
+}
+
+func (c *bulkClient) newUnixSide() (*unixSide, error) {
+	if c.p.ferryUnix == "" || c.info.GRPCUnix == "" {
+		return nil, errors.New("the server has no Unix-socket addresses")
+	}
+	u := &unixSide{buf: make([]byte, BulkMax)}
+	Pattern(u.buf, seedClient)
+	var err error
+	if u.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv(), Transports: Transports()}); err != nil {
+		return nil, err
+	}
+	if err = u.fi.Group().Add(0, c.p.ferryUnix); err != nil {
+		return nil, err
+	}
+	if u.fc, err = u.fi.NewContext(rpc.ContextOptions{}); err != nil {
+		return nil, err
+	}
+	if u.local, err = u.fi.NewBulk([][]byte{u.buf}, rpc.BulkRW); err != nil {
+		return nil, err
+	}
+	u.gcc, err = grpc.NewClient(c.info.GRPCUnix,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
+			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
+		grpc.WithInitialWindowSize(GRPCWindow),
+		grpc.WithInitialConnWindowSize(GRPCWindow))
+	return u, err
+}
+
+// ferryUnixTransfer is ferryTransfer through the same-host instance.
+func (c *bulkClient) ferryUnixTransfer(tb testing.TB, op rpc.BulkOp, n int) func() error {
+	u := c.unix(tb)
+	d := rpc.BulkDesc{Op: op, Remote: c.info.Src, Local: u.local, Len: int64(n), Peer: &c.ep}
+	if op == rpc.BulkPut {
+		d.Remote = c.info.Dst
+	}
+	ctx := context.Background()
+	return func() error { return u.fc.TransferWait(ctx, d) }
 }
 
 // ---- operations: each moves n bytes once ----
@@ -168,7 +236,8 @@ func (r *rawBulk) get(dst []byte) error {
 // gRPC operations. Received bytes land in c.buf (BulkCodec copies into
 // the target's backing array); sent bytes come from c.buf.
 type grpcBulk struct {
-	c     *bulkClient
+	gcc   *grpc.ClientConn
+	buf   []byte
 	n     int
 	req   []byte // u32 length
 	in    []byte
@@ -181,14 +250,22 @@ var (
 	getStreamDesc = &grpc.StreamDesc{StreamName: "GetStream", ServerStreams: true}
 )
 
-func (c *bulkClient) grpcOps(n int) *grpcBulk {
-	return &grpcBulk{c: c, n: n, req: binary.LittleEndian.AppendUint32(nil, uint32(n)), out: make([]byte, 0, 64)}
+func (c *bulkClient) grpcOps(n int) *grpcBulk { return newGRPCBulk(c.gcc, c.buf, n) }
+
+// grpcUnixOps are grpcOps over the Unix-socket connection.
+func (c *bulkClient) grpcUnixOps(tb testing.TB, n int) *grpcBulk {
+	u := c.unix(tb)
+	return newGRPCBulk(u.gcc, u.buf, n)
+}
+
+func newGRPCBulk(gcc *grpc.ClientConn, buf []byte, n int) *grpcBulk {
+	return &grpcBulk{gcc: gcc, buf: buf, n: n, req: binary.LittleEndian.AppendUint32(nil, uint32(n)), out: make([]byte, 0, 64)}
 }
 
 func (g *grpcBulk) putUnary() error {
-	g.in = g.c.buf[:g.n]
+	g.in = g.buf[:g.n]
 	g.out = g.out[:0]
-	if err := g.c.gcc.Invoke(context.Background(), GRPCBulkPut, &g.in, &g.out); err != nil {
+	if err := g.gcc.Invoke(context.Background(), GRPCBulkPut, &g.in, &g.out); err != nil {
 		return err
 	}
 	if len(g.out) != 0 {
@@ -198,8 +275,8 @@ func (g *grpcBulk) putUnary() error {
 }
 
 func (g *grpcBulk) getUnary() error {
-	g.out = g.c.buf[:0]
-	if err := g.c.gcc.Invoke(context.Background(), GRPCBulkGet, &g.req, &g.out); err != nil {
+	g.out = g.buf[:0]
+	if err := g.gcc.Invoke(context.Background(), GRPCBulkGet, &g.req, &g.out); err != nil {
 		return err
 	}
 	if len(g.out) != g.n {
@@ -211,12 +288,12 @@ func (g *grpcBulk) getUnary() error {
 func (g *grpcBulk) putStream() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := g.c.gcc.NewStream(ctx, putStreamDesc, GRPCBulkPutStream)
+	st, err := g.gcc.NewStream(ctx, putStreamDesc, GRPCBulkPutStream)
 	if err != nil {
 		return err
 	}
 	for off := 0; off < g.n; off += GRPCChunk {
-		g.chunk = g.c.buf[off:min(off+GRPCChunk, g.n)]
+		g.chunk = g.buf[off:min(off+GRPCChunk, g.n)]
 		if err := st.SendMsg(&g.chunk); err != nil {
 			return err
 		}
@@ -237,7 +314,7 @@ func (g *grpcBulk) putStream() error {
 func (g *grpcBulk) getStream() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := g.c.gcc.NewStream(ctx, getStreamDesc, GRPCBulkGetStream)
+	st, err := g.gcc.NewStream(ctx, getStreamDesc, GRPCBulkGetStream)
 	if err != nil {
 		return err
 	}
@@ -249,7 +326,7 @@ func (g *grpcBulk) getStream() error {
 	}
 	got := 0
 	for {
-		g.chunk = g.c.buf[got:got]
+		g.chunk = g.buf[got:got]
 		err := st.RecvMsg(&g.chunk)
 		if errors.Is(err, io.EOF) {
 			break
@@ -257,7 +334,7 @@ func (g *grpcBulk) getStream() error {
 		if err != nil {
 			return err
 		}
-		if got+len(g.chunk) > len(g.c.buf) || &g.chunk[0] != &g.c.buf[got] {
+		if got+len(g.chunk) > len(g.buf) || &g.chunk[0] != &g.buf[got] {
 			return errors.New("gRPC get stream: a message did not land in place")
 		}
 		got += len(g.chunk)
@@ -328,6 +405,8 @@ func BenchmarkBulkPut(b *testing.B) {
 			b.Run("impl=ferry-rpc", func(b *testing.B) { benchOp(b, n, c.ferryRPCWrite(n)) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putStream) })
+			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.ferryUnixTransfer(b, rpc.BulkPut, n)) })
+			b.Run("impl=grpc-unary-unix", func(b *testing.B) { benchOp(b, n, c.grpcUnixOps(b, n).putUnary) })
 		})
 	}
 }
@@ -344,6 +423,8 @@ func BenchmarkBulkGet(b *testing.B) {
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkGet, n)) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getStream) })
+			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.ferryUnixTransfer(b, rpc.BulkGet, n)) })
+			b.Run("impl=grpc-unary-unix", func(b *testing.B) { benchOp(b, n, c.grpcUnixOps(b, n).getUnary) })
 		})
 	}
 }
@@ -530,6 +611,33 @@ func TestBulkHarness(t *testing.T) {
 				t.Fatalf("%s PUT of %d bytes: %v", name, n, err)
 			}
 		}
+
+		// The same-host contenders, into and from their own buffer.
+		u := c.unix(t)
+		for name, get := range map[string]func() error{
+			"ferry-unix":      c.ferryUnixTransfer(t, rpc.BulkGet, n),
+			"grpc-unary-unix": c.grpcUnixOps(t, n).getUnary,
+		} {
+			clear(u.buf[:n+1])
+			if err := get(); err != nil {
+				t.Fatalf("%s GET of %d bytes: %v", name, n, err)
+			}
+			if !bytes.Equal(u.buf[:n], want[:n]) || u.buf[n] != 0 {
+				t.Fatalf("%s GET of %d bytes: wrong bytes", name, n)
+			}
+		}
+		Pattern(u.buf, seedClient+uint64(n)+1)
+		sum = CRC32C(u.buf[:n])
+		if err := c.ferryUnixTransfer(t, rpc.BulkPut, n)(); err != nil {
+			t.Fatalf("ferry-unix PUT of %d bytes: %v", n, err)
+		}
+		if got := check(BulkCheckDst, n); got != sum {
+			t.Fatalf("ferry-unix PUT of %d bytes: server sum %08x, want %08x", n, got, sum)
+		}
+		if err := c.grpcUnixOps(t, n).putUnary(); err != nil {
+			t.Fatalf("grpc-unary-unix PUT of %d bytes: %v", n, err)
+		}
+		Pattern(u.buf, seedClient)
 	}
 	Pattern(c.buf, seedClient)
 }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // The ferry protocol served: base 3, version 0.
@@ -126,9 +128,10 @@ const rawEchoBit = 1 << 31
 
 // Serve runs the server role: a ferry rpc instance (rank 0, one context
 // with Auto progress), a raw TCP server and a gRPC server on 127.0.0.1
-// (ephemeral ports). It writes their addresses to out:
+// (ephemeral ports); the ferry instance also listens on a Unix socket. It
+// writes their addresses to out:
 //
-//	ferry tcp://127.0.0.1:PORT
+//	ferry tcp://127.0.0.1:PORT,unix:///tmp/ferry-peers-N/ferry.sock
 //	raw 127.0.0.1:PORT
 //	grpc 127.0.0.1:PORT
 //
@@ -141,7 +144,14 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}
 	var served atomic.Uint64
 
-	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: log, Bulk: BulkOptionsFromEnv()})
+	// Same-host contenders (the bulk benchmarks' *-unix) reach the same
+	// instance and the gRPC bulk server through Unix sockets here.
+	dir, err := os.MkdirTemp("", "ferry-peers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0,unix://" + filepath.Join(dir, "ferry.sock"), Logger: log, Bulk: BulkOptionsFromEnv(), Transports: Transports()})
 	if err != nil {
 		return err
 	}
@@ -152,7 +162,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	if _, err := fi.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
 		return err
 	}
-	bs, err := startBulk(fi, &served) // bulk_server.go
+	bs, err := startBulk(fi, &served, dir) // bulk_server.go
 	if err != nil {
 		return err
 	}
@@ -299,6 +309,12 @@ func RawServe(c net.Conn, n *atomic.Uint64) error {
 			return err
 		}
 	}
+}
+
+// Transports are the transports of the benchmarks' ferry instances: TCP
+// and Unix sockets.
+func Transports() *transport.Registry {
+	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix())
 }
 
 // CPUTime is the CPU time (user and system) this process has used, in
