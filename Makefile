@@ -3,6 +3,7 @@
 #   make test                      everything: deps, vet, gofmt, tests, fuzz
 #   make test PKGS='./ceph/... ./internal/...'   the same on some packages
 #   make unit                      just the tests
+#   make bench-check               the benchmark harness (bench/peers) checked
 #   make fuzz FUZZTIME=30s         longer fuzzing
 
 GO       ?= go
@@ -15,12 +16,12 @@ TIMEOUT  ?= 20m
 DIRS := $(patsubst %/...,%,$(PKGS))
 DIRS := $(patsubst ...,.,$(DIRS))
 
-.PHONY: test deps vet fmt unit fuzz
+.PHONY: test deps vet fmt unit bench-check fuzz
 
 # The steps of test run in order even under make -j.
 .NOTPARALLEL:
 
-test: deps vet fmt unit fuzz
+test: deps vet fmt unit bench-check fuzz
 
 deps:
 	scripts/install-deps.sh
@@ -34,6 +35,12 @@ fmt:
 
 unit:
 	FERRY_REQUIRE_CEPH=1 FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+# The benchmark harness of bench/peers (its own module, with gRPC-Go):
+# vetted, and its contenders checked once each (TestHarness,
+# TestBulkHarness), so that a benchmark never measures wrong bytes.
+bench-check:
+	cd bench/peers && $(GO) vet . && $(GO) test -race -count=1 -run 'Harness' .
 
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZBUDGET=$(FUZZBUDGET) scripts/fuzz.sh $(DIRS)
