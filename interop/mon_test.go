@@ -22,7 +22,14 @@ import (
 // the returned channel.
 func client(t *testing.T) (*msgr.Messenger, chan *msg.Message) {
 	t.Helper()
-	m, err := msgr.New(msgr.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return clientWith(t, msgr.Config{})
+}
+
+// clientWith is client with cfg (its Logger replaced).
+func clientWith(t *testing.T, cfg msgr.Config) (*msgr.Messenger, chan *msg.Message) {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := msgr.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +153,42 @@ func TestMon(t *testing.T) {
 			t.Fatal("mon accepted a command with a wrong fsid")
 		}
 	})
+}
+
+// TestMonNoDataCRC: a ferry client that offers to leave data CRCs out
+// (msgr.Config.NoDataCRC, a ferry-only banner bit) still talks to a real
+// ceph-mon, which ignores the bit: the session keeps data CRCs, and a
+// command whose answer comes back in the data segment works.
+func TestMonNoDataCRC(t *testing.T) {
+	mon := cephtest.StartMon(t)
+	m, ch := clientWith(t, msgr.Config{NoDataCRC: true})
+	conn, err := m.ConnectType("v2:"+mon.V2Addr+"/0", msg.EntityMon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := conn.Ready(ctx); err != nil {
+		t.Fatalf("handshake with ceph-mon: %v (mon log: %s)", err, mon.LogPath())
+	}
+	if !conn.DataCRC() {
+		t.Fatal("data CRCs left out on a session with ceph-mon")
+	}
+	fsid, err := ceph.ParseFSID(mon.FSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := ceph.MonCommand{Tid: 9, FSID: fsid, Cmd: []string{`{"prefix":"mon stat","format":"json"}`}}
+	if err := conn.Send(req.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	var ack ceph.MonCommandAck
+	if err := ack.Unmarshal(await(t, ch, ceph.MsgMonCommandAck)); err != nil {
+		t.Fatal(err)
+	}
+	if ack.R != 0 || ack.Tid != 9 || len(ack.Output) == 0 {
+		t.Fatalf("ack r=%d rs=%q tid=%d output %d bytes", ack.R, ack.RS, ack.Tid, len(ack.Output))
+	}
 }
 
 // TestMonMissingFeatures: a ferry client advertising too few features is

@@ -33,6 +33,16 @@ type Config struct {
 	// msg.FeaturesAll and 0.
 	Supported, Required uint64
 
+	// NoDataCRC leaves the CRC of message data out on connections to
+	// peers that set it too (ferry peers only: the msgr2 banner offers
+	// msgr2.FeatureNoDataCRC; Ceph daemons never accept, so their
+	// sessions keep every CRC). Like Ceph's ms_crc_data=false, it is for
+	// systems that checksum their data end to end (as BlueStore and DAOS
+	// do) and would otherwise pay for a second checksum on every byte
+	// sent and received. Headers, fronts, middles and control frames keep
+	// their CRCs.
+	NoDataCRC bool
+
 	// Limits bound the frames a peer may send; zero fields take defaults
 	// (64 KiB control frames, 256 MiB messages and segments).
 	Limits msgr2.Limits

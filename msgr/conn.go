@@ -127,6 +127,15 @@ func (c *Conn) Features() uint64 {
 	return c.features
 }
 
+// DataCRC reports whether the socket the connection runs on carries
+// CRCs of message data: false only when both sides set
+// Config.NoDataCRC. Without a socket it reports true.
+func (c *Conn) DataCRC() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.run == nil || c.run.e.DataCRC()
+}
+
 // Policy returns the policy the connection runs under.
 func (c *Conn) Policy() Policy {
 	c.mu.Lock()

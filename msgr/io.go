@@ -231,11 +231,15 @@ func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, s
 	}
 	left := sp.Data
 	crc := msgr2.SegmentCRCInit
+	pcrc := &crc
+	if !e.DataCRC() {
+		pcrc = nil
+	}
 	for _, p := range placed {
 		if err != nil {
 			break
 		}
-		err = lw.read(br, p, left, &crc)
+		err = lw.read(br, p, left, pcrc)
 		left -= len(p)
 	}
 	lw.set(1)
@@ -338,7 +342,7 @@ const crcAheadMin = 64 << 10
 // read in three parts, the data's CRC computed as it arrives.
 func (c *Conn) readBody(lw *lowat, br *bufio.Reader, e *msgr2.Engine, buf []byte) ([]msgr2.Event, error) {
 	sp, ok := e.Split()
-	if !ok || sp.Data < crcAheadMin {
+	if !ok || sp.Data < crcAheadMin || !e.DataCRC() {
 		err := lw.read(br, buf, len(buf), nil)
 		lw.set(1)
 		if err != nil {
@@ -605,6 +609,9 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
 		}
 		w.mf.DataCRC, w.mf.DataCRCSet = mm.DataCRCAhead()
+		if !e.DataCRC() {
+			w.mf.DataCRC, w.mf.DataCRCSet = 0, true // FeatureNoDataCRC
+		}
 		deferCRC := false
 		if w.deferOK && !w.mf.DataCRCSet {
 			for _, p := range mm.Data {

@@ -424,6 +424,49 @@ func TestEchoMixedDataPieces(t *testing.T) {
 	}
 }
 
+// TestNoDataCRC runs messages of every read path (small, CRC computed as
+// it lands, raised low-water mark, several pieces) between messengers
+// that do and do not set NoDataCRC: data CRCs are left out only when both
+// do (Conn.DataCRC), and every message arrives intact
+// either way.
+func TestNoDataCRC(t *testing.T) {
+	for _, tc := range []struct{ client, server, want bool }{
+		{true, true, false}, {true, false, true}, {false, true, true},
+	} {
+		t.Run(fmt.Sprintf("client=%v/server=%v", tc.client, tc.server), func(t *testing.T) {
+			s := echoServer(t, nil, "tcp://127.0.0.1:0", msgr.Config{NoDataCRC: tc.server})
+			c, col := newClient(t, nil, msgr.Config{NoDataCRC: tc.client})
+			conn, err := c.Connect(s.ListenAddrs()[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, shape := range [][]int{{100}, {70 << 10}, {300 << 10}, {5, 2 << 20, 17 << 10, 3}} {
+				m := msg.New(testType)
+				m.Header.Tid = uint64(i + 1)
+				var want []byte
+				for k, n := range shape {
+					p := make([]byte, n)
+					for j := range p {
+						p[j] = byte(j*7 + k + i)
+					}
+					m.Data = append(m.Data, p)
+					want = append(want, p...)
+				}
+				if err := conn.Send(m); err != nil {
+					t.Fatal(err)
+				}
+				r := recv(t, col.ch)
+				if r.Header.Tid != uint64(i+1) || !bytes.Equal(r.Data.Bytes(), want) {
+					t.Fatalf("message %d: tid %d, data intact %v", i+1, r.Header.Tid, bytes.Equal(r.Data.Bytes(), want))
+				}
+			}
+			if got := conn.DataCRC(); got != tc.want {
+				t.Fatalf("DataCRC %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestEchoSmallSocketBuffers(t *testing.T) {
 	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{ReadBuffer: 64 << 10, WriteBuffer: 64 << 10}))
 	s := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})

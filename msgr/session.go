@@ -165,6 +165,7 @@ func (c *Conn) connectOnce() error {
 		Supported:    m.cfg.Supported,
 		Required:     m.cfg.Required,
 		Lossy:        lossy,
+		NoDataCRC:    m.cfg.NoDataCRC,
 		ClientCookie: c.clientCookie,
 		GlobalSeq:    m.globalSeq.Add(1),
 		Limits:       m.cfg.Limits,
@@ -332,6 +333,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		Required:  m.cfg.Required,
 		GlobalID:  m.globalID.Add(1),
 		Limits:    m.cfg.Limits,
+		NoDataCRC: m.cfg.NoDataCRC,
 	}
 	e := msgr2.NewEngine(cfg)
 	br := bufio.NewReaderSize(nc, readBufSize)

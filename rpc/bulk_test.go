@@ -265,6 +265,23 @@ func TestBulkIntegrity(t *testing.T) {
 	}
 }
 
+// TestBulkNoDataCRC moves every protocol's sizes between instances that
+// leave data CRCs out (Options.NoDataCRC): the bytes still arrive intact
+// and in place (checked by CRC on the far side), eager, pushed and pulled.
+func TestBulkNoDataCRC(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{NoDataCRC: true})
+	p.serveBulkTest(t)
+	eager, chunk, seg := rpc.DefaultEagerLimit, rpc.DefaultChunkSize, rpc.DefaultSegmentLimit
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, eager + 1, 100003, chunk + 7, seg + 1, 3<<20 + 5} {
+		for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
+			t.Run(fmt.Sprintf("%v/%d", op, n), func(t *testing.T) {
+				checkTransfer(t, p, rng, op, n, 0)
+			})
+		}
+	}
+}
+
 func TestBulkConcurrent(t *testing.T) {
 	p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 64 << 10, Window: 128 << 10, ConnLimit: 256 << 10}})
 	p.serveBulkTest(t)

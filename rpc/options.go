@@ -60,6 +60,11 @@ type Options struct {
 
 	// Transports resolves addresses; default transport.Default (TCP).
 	Transports *transport.Registry
+	// NoDataCRC leaves the CRC of message data (RPC inputs and outputs,
+	// bulk chunks) out on connections to peers that set it too; see
+	// msgr.Config.NoDataCRC. For storage systems that checksum their data
+	// end to end. Not used with Messenger (set it there).
+	NoDataCRC bool
 	// Name is the messenger's entity name; default osd.RANK for a server
 	// and client.? for a client.
 	Name msg.EntityName

@@ -55,6 +55,11 @@ type Config struct {
 	// server: the policy for this peer is lossy).
 	Lossy bool
 
+	// NoDataCRC offers FeatureNoDataCRC in the banner: if the peer offers
+	// it too, MESSAGE data segments go without CRCs both ways (DataCRC).
+	// For peers that checksum their data end to end themselves.
+	NoDataCRC bool
+
 	// ClientCookie identifies a client's session (0 for lossy sessions).
 	ClientCookie uint64
 	// GlobalSeq is this attempt's global sequence number.
@@ -216,19 +221,21 @@ type Engine struct {
 	lim   Limits
 	state state
 
-	rev1     bool
-	peer     Peer
-	inSeq    uint64
-	out      []byte
-	events   []Event
-	pre      Preamble
-	inFrame  bool // a preamble was read; the body comes next
-	bannerN  int
-	clientID ClientIdent
-	recon    SessionReconnect // server: the pending SESSION_RECONNECT
-	decideOn Tag              // server: what stDecide is deciding (CLIENT_IDENT or SESSION_RECONNECT)
-	resumed  bool             // client: this attempt sent SESSION_RECONNECT
-	err      error
+	rev1 bool
+	// noDataCRC: both banners offered FeatureNoDataCRC.
+	noDataCRC bool
+	peer      Peer
+	inSeq     uint64
+	out       []byte
+	events    []Event
+	pre       Preamble
+	inFrame   bool // a preamble was read; the body comes next
+	bannerN   int
+	clientID  ClientIdent
+	recon     SessionReconnect // server: the pending SESSION_RECONNECT
+	decideOn  Tag              // server: what stDecide is deciding (CLIENT_IDENT or SESSION_RECONNECT)
+	resumed   bool             // client: this attempt sent SESSION_RECONNECT
+	err       error
 }
 
 // NewEngine returns an engine for one connection. Call Start to produce
@@ -239,8 +246,18 @@ func NewEngine(cfg Config) *Engine {
 
 // Start queues the banner. Both sides send it at once.
 func (e *Engine) Start() {
-	e.out = AppendBanner(e.out, FeatureRevision1, 0)
+	sup := FeatureRevision1
+	if e.cfg.NoDataCRC {
+		sup |= FeatureNoDataCRC
+	}
+	e.out = AppendBanner(e.out, sup, 0)
 }
+
+// DataCRC reports whether MESSAGE data segments carry CRCs on this
+// connection: false once both banners offered FeatureNoDataCRC. A sender
+// then leaves the data CRC zero (MessageFrame.DataCRCSet) and a reader
+// need not compute it; the engine does not check it.
+func (e *Engine) DataCRC() bool { return !e.noDataCRC }
 
 // Output returns the bytes to send and clears the buffer; the slice is
 // valid until the next call to Feed or Accept.
@@ -346,6 +363,7 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 		}
 		e.rev1 = sup&FeatureRevision1 != 0
 		e.peer.Rev1 = e.rev1
+		e.noDataCRC = e.cfg.NoDataCRC && sup&FeatureNoDataCRC != 0
 		e.state = stHello
 		e.sendHello()
 		return nil, nil
@@ -371,7 +389,7 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 		return e.events, nil
 	}
 	e.inFrame = false
-	segs, err := ParseBody(&e.pre, p, e.rev1)
+	segs, err := parseBody(&e.pre, p, e.rev1, e.noDataCRC)
 	if err != nil {
 		return nil, e.fail(err)
 	}

@@ -50,6 +50,14 @@ const (
 const (
 	FeatureRevision1   uint64 = 1 << 0 // msgr2.1 frame layout
 	FeatureCompression uint64 = 1 << 1 // on-wire compression (Quincy and later)
+
+	// FeatureNoDataCRC is ferry's own: a peer that sets it in its
+	// banner's supported mask (Config.NoDataCRC) will leave the CRC of
+	// MESSAGE data segments out (zero) and not check it, if the other
+	// side sets it too. Ceph sets no such bit, so sessions with Ceph
+	// daemons always carry every CRC. Every other CRC (preambles, control
+	// frames, message headers, fronts and middles) is always checked.
+	FeatureNoDataCRC uint64 = 1 << 56
 )
 
 // Epilogue late status (msgr2.1). Only the low nibble is significant, as
@@ -307,6 +315,12 @@ func (p *Preamble) BodyLen(rev1 bool) int {
 // fails with ErrMalformed otherwise). Segments 1, 2 and 3 are the front,
 // middle and data.
 func ParseBody(p *Preamble, body []byte, rev1 bool) (segs [MaxSegments][]byte, err error) {
+	return parseBody(p, body, rev1, false)
+}
+
+// parseBody is ParseBody; with noDataCRC, a MESSAGE's data segment CRC is
+// not checked (FeatureNoDataCRC).
+func parseBody(p *Preamble, body []byte, rev1, noDataCRC bool) (segs [MaxSegments][]byte, err error) {
 	n := p.NumSegments
 	if n < 1 || n > MaxSegments {
 		return segs, errorf(ErrBadPreamble, p.Tag, "%d segments", n)
@@ -335,7 +349,7 @@ func ParseBody(p *Preamble, body []byte, rev1 bool) (segs [MaxSegments][]byte, e
 		for i := 1; i < n; i++ {
 			out[i] = take(int(p.Segments[i].Len))
 		}
-		if err := checkEpilogue(p.Tag, take(EpilogueRev1Len), true, n, func(i int) uint32 {
+		if err := checkEpilogue(p.Tag, take(EpilogueRev1Len), true, n, skipSegment(p.Tag, noDataCRC), func(i int) uint32 {
 			return msg.CRC32C(segmentCRCSeed, out[i])
 		}); err != nil {
 			return segs, err
@@ -345,7 +359,7 @@ func ParseBody(p *Preamble, body []byte, rev1 bool) (segs [MaxSegments][]byte, e
 	for i := 0; i < n; i++ {
 		out[i] = take(int(p.Segments[i].Len))
 	}
-	if err := checkEpilogue(p.Tag, take(EpilogueRev0Len), false, n, func(i int) uint32 {
+	if err := checkEpilogue(p.Tag, take(EpilogueRev0Len), false, n, skipSegment(p.Tag, noDataCRC), func(i int) uint32 {
 		return msg.CRC32C(segmentCRCSeed, out[i])
 	}); err != nil {
 		return segs, err
@@ -356,13 +370,17 @@ func ParseBody(p *Preamble, body []byte, rev1 bool) (segs [MaxSegments][]byte, e
 // checkEpilogue verifies the CRCs that the epilogue ep of a frame with n
 // segments carries — of segments 1 to n-1 in msgr2.1 (segment 0's is
 // inline), of all n in msgr2.0 — against crc(i), then its late status
-// (msgr2.1) or late flags (msgr2.0).
-func checkEpilogue(tag Tag, ep []byte, rev1 bool, n int, crc func(i int) uint32) error {
+// (msgr2.1) or late flags (msgr2.0). Segment skip's CRC (if skip >= 0) is
+// neither computed nor checked.
+func checkEpilogue(tag Tag, ep []byte, rev1 bool, n, skip int, crc func(i int) uint32) error {
 	first := 0
 	if rev1 {
 		first = 1
 	}
 	for i := first; i < n; i++ {
+		if i == skip {
+			continue
+		}
 		want := binary.LittleEndian.Uint32(ep[1+4*(i-first):])
 		if got := crc(i); got != want {
 			return errorf(ErrSegmentCRC, tag, "segment %d: got %#08x want %#08x", i, got, want)
@@ -381,6 +399,15 @@ func checkEpilogue(tag Tag, ep []byte, rev1 bool, n int, crc func(i int) uint32)
 		return errorf(ErrAborted, tag, "late flags %#02x", ep[0])
 	}
 	return nil
+}
+
+// skipSegment is the segment whose CRC is not checked: a MESSAGE's data
+// (segment 3) on a session without data CRCs, else none (-1).
+func skipSegment(tag Tag, noDataCRC bool) int {
+	if noDataCRC && tag == TagMessage {
+		return 3
+	}
+	return -1
 }
 
 // segmentAlign returns the alignment a sender declares for segment i of a

@@ -55,12 +55,13 @@ func (p *Preamble) SplitBody(rev1 bool) (s BodySplit, ok bool) {
 // In msgr2.1 segment 0's CRC is inline in head and is checked by
 // ParseHead too; the CRCs of the front, middle and data are in tail.
 func ParseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 bool) (segs [MaxSegments][]byte, err error) {
-	return parseBodySplit(p, head, data, tail, rev1, nil)
+	return parseBodySplit(p, head, data, tail, rev1, nil, false)
 }
 
 // parseBodySplit is ParseBodySplit; with dataCRC set, that is the data's
-// CRC (computed by the caller as it read) instead of computing it here.
-func parseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 bool, dataCRC *uint32) (segs [MaxSegments][]byte, err error) {
+// CRC (computed by the caller as it read) instead of computing it here;
+// with noDataCRC, the data's CRC is not checked at all.
+func parseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 bool, dataCRC *uint32, noDataCRC bool) (segs [MaxSegments][]byte, err error) {
 	sp, ok := p.SplitBody(rev1)
 	if !ok {
 		return segs, errorf(ErrBadPreamble, p.Tag, "split body of a %d-segment %s frame", p.NumSegments, p.Tag)
@@ -75,7 +76,7 @@ func parseBodySplit(p *Preamble, head []byte, data [][]byte, tail []byte, rev1 b
 	if err != nil {
 		return segs, err
 	}
-	if err := checkEpilogue(p.Tag, tail, rev1, MaxSegments, func(i int) uint32 {
+	if err := checkEpilogue(p.Tag, tail, rev1, MaxSegments, skipSegment(p.Tag, noDataCRC), func(i int) uint32 {
 		return segmentCRC(out[i], data, i, dataCRC)
 	}); err != nil {
 		return segs, err
@@ -238,7 +239,7 @@ func (e *Engine) feedSplit(head []byte, data [][]byte, one []byte, tail []byte, 
 		d[0] = one
 		pd = d[:]
 	}
-	segs, err := parseBodySplit(&e.pre, head, pd, tail, e.rev1, dataCRC)
+	segs, err := parseBodySplit(&e.pre, head, pd, tail, e.rev1, dataCRC, e.noDataCRC)
 	if err != nil {
 		return nil, e.fail(err)
 	}

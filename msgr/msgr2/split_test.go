@@ -394,6 +394,7 @@ func FuzzSplit(f *testing.F) {
 	f.Add(true, uint64(3), uint64(2), []byte("front"), []byte(""), []byte("some data bytes"), uint16(3), uint16(0), -1)
 	f.Add(false, uint64(1), uint64(0), []byte(""), []byte("mid"), bytes.Repeat([]byte{7}, 300), uint16(100), uint16(7), 50)
 	f.Add(true, uint64(1), uint64(1), []byte("f"), []byte("m"), []byte("d"), uint16(0), uint16(0), 0)
+	f.Add(true, uint64(2), uint64(1), []byte("f"), []byte(""), bytes.Repeat([]byte{9}, 500), uint16(10), uint16(0x8000|20), 200)
 	f.Fuzz(func(t *testing.T, rev1 bool, seq, inSeq uint64, front, middle, data []byte, cut1, cut2 uint16, corrupt int) {
 		if len(data) == 0 || len(front)+len(middle)+len(data) > 1<<16 {
 			return
@@ -404,11 +405,19 @@ func FuzzSplit(f *testing.F) {
 			wire[PreambleLen+corrupt%(len(wire)-PreambleLen)] ^= 0x80
 		}
 		cuts := []int{int(cut1), int(cut2)}
-		whole := feedWhole(t, readyEngine(rev1, inSeq), wire)
-		split, bufs := feedSplit(t, readyEngine(rev1, inSeq), wire, cuts)
+		// The top bit of cut2 runs the session without data CRCs
+		// (FeatureNoDataCRC): the three paths must still agree.
+		noDataCRC := cut2&0x8000 != 0
+		ready := func() *Engine {
+			e := readyEngine(rev1, inSeq)
+			e.noDataCRC = noDataCRC
+			return e
+		}
+		whole := feedWhole(t, ready(), wire)
+		split, bufs := feedSplit(t, ready(), wire, cuts)
 		sameResult(t, whole, split, bufs)
 		for _, w := range []bool{false, true} {
-			ahead, abufs := feedAhead(t, readyEngine(rev1, inSeq), wire, cuts, w)
+			ahead, abufs := feedAhead(t, ready(), wire, cuts, w)
 			if !ahead.atPeek {
 				sameResult(t, whole, ahead, abufs)
 			}
@@ -463,6 +472,80 @@ func TestSplitCRCAhead(t *testing.T) {
 		e = readyEngine(rev1, 0)
 		if _, err := e.FeedBodyCRC(body, good); !errors.Is(err, ErrProtocol) {
 			t.Fatalf("no MESSAGE body awaited: %v", err)
+		}
+	}
+}
+
+// TestNoDataCRC checks FeatureNoDataCRC: it is in force only when both
+// banners offer it; then a MESSAGE whose data CRC is zero (as a sender
+// leaves it) is taken by Feed and both split paths, a corrupt data byte
+// goes unnoticed (the point of the option), and every other CRC is still
+// checked.
+func TestNoDataCRC(t *testing.T) {
+	for _, tc := range []struct{ client, server, want bool }{
+		{false, false, true}, {true, false, true}, {false, true, true}, {true, true, false},
+	} {
+		cc, sc := clientConfig(), serverConfig()
+		cc.NoDataCRC, sc.NoDataCRC = tc.client, tc.server
+		c, s := pair(t, cc, sc)
+		run(t, c, s)
+		if c.err != nil || s.err != nil {
+			t.Fatalf("handshake: client %v server %v", c.err, s.err)
+		}
+		if c.e.DataCRC() != tc.want || s.e.DataCRC() != tc.want {
+			t.Fatalf("client offers %v, server %v: DataCRC client %v server %v, want %v",
+				tc.client, tc.server, c.e.DataCRC(), s.e.DataCRC(), tc.want)
+		}
+	}
+
+	ready := func(rev1 bool) *Engine {
+		e := readyEngine(rev1, 0)
+		e.noDataCRC = true
+		return e
+	}
+	for _, rev1 := range []bool{false, true} {
+		h := Header2{Seq: 1, Tid: 5, Type: 7}
+		data := pattern(100<<10, 9)
+		mf := MessageFrame{Header: h, Front: msg.Buffers{[]byte("front")}, Data: msg.Buffers{data}, DataCRCSet: true}
+		wire := mf.AppendTail(append(mf.AppendHead(nil, rev1), data...), rev1)
+		if bytes.Equal(wire, wireMessage(rev1, h, []byte("front"), nil, data)) {
+			t.Fatal("DataCRCSet with a zero CRC made the same frame")
+		}
+		// A session with data CRCs refuses the zero data CRC.
+		if r := feedWhole(t, readyEngine(rev1, 0), wire); !errors.Is(r.err, ErrSegmentCRC) {
+			t.Fatalf("rev1=%v: with data CRCs: %v", rev1, r.err)
+		}
+		var sp BodySplit
+		{
+			e := ready(rev1)
+			_, _ = e.Feed(wire[:PreambleLen])
+			sp, _ = e.Split()
+		}
+		for _, bad := range []struct {
+			name string
+			off  int // body offset to flip, -1 for none
+			err  error
+		}{
+			{"intact", -1, nil},
+			{"data byte", sp.Head + 1234, nil},
+			{"front", sp.Head - 3, ErrSegmentCRC},
+			{"header", 8, ErrSegmentCRC},
+		} {
+			w := bytes.Clone(wire)
+			if bad.off >= 0 {
+				w[PreambleLen+bad.off] ^= 0x10
+			}
+			whole := feedWhole(t, ready(rev1), w)
+			split, bufs := feedSplit(t, ready(rev1), w, []int{7000})
+			sameResult(t, whole, split, bufs)
+			ahead, abufs := feedAhead(t, ready(rev1), w, []int{7000}, true)
+			sameResult(t, whole, ahead, abufs)
+			if !errors.Is(whole.err, bad.err) || (bad.err == nil) != (whole.err == nil) {
+				t.Fatalf("rev1=%v %s: %v, want %v", rev1, bad.name, whole.err, bad.err)
+			}
+			if bad.err == nil && (len(whole.evs) != 1 || whole.evs[0].Msg.Data.Len() != len(data)) {
+				t.Fatalf("rev1=%v %s: events %v", rev1, bad.name, kinds(whole.evs))
+			}
 		}
 	}
 }
