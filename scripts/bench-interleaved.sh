@@ -19,7 +19,7 @@ else
 	(cd "$root/bench/msgrbench" && go test -c -o "$tmp/msgrbench.test" .)
 	: >"$out"
 	for i in $(seq "$ROUNDS"); do
-		"$tmp/peers.test" -test.run '^$' -test.bench 'Bulk(Put|Get)/.*(1MiB|4MiB|16MiB)/impl=(raw|ferry)$' \
+		"$tmp/peers.test" -test.run '^$' -test.bench 'Bulk(Put|Get)/.*(1MiB|4MiB|16MiB)/impl=(raw|ferry|ferry-nocrc)$' \
 			-test.benchtime 1s | grep '^Benchmark' | sed "s/^/round=$i /" >>"$out"
 		"$tmp/msgrbench.test" -test.run '^$' -test.bench 'RoundTrip/size=1MiB' \
 			-test.benchtime 2s | grep '^Benchmark' | sed "s/^/round=$i /" >>"$out"

@@ -12,6 +12,7 @@ package peers
 //	BenchmarkBulkGet/size=S/impl=ferry        TransferWait GET from the server's read-only buffer
 //	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
 //	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
+//	BenchmarkBulk*/size=S/impl=ferry-nocrc    ferry over TCP without data CRCs (rpc.Options.NoDataCRC on both sides)
 //	BenchmarkBulk*/size=S/impl=ferry-unix     same-host peers: ferry over the server's Unix socket, where
 //	                                          transfers take the direct path (process_vm_readv/writev)
 //	BenchmarkBulk*/size=S/impl=grpc-unary-unix gRPC unary over a Unix socket
@@ -62,9 +63,7 @@ type bulkClient struct {
 	ep    rpc.Endpoint // the server: rank 0, tag 0
 	gcc   *grpc.ClientConn
 
-	uxOnce sync.Once // the same-host (Unix socket) contenders
-	ux     *unixSide
-	uxErr  error
+	ux, nc lazySide // second clients: ferry-unix, ferry-nocrc
 
 	bigOnce  sync.Once // the head-of-line benchmark's BulkBig buffers
 	bigInfo  BulkInfo
@@ -109,38 +108,57 @@ func newBulkClient(p *peer) (*bulkClient, error) {
 	return c, err
 }
 
-// unixSide is the client of the same-host contenders: a second ferry
-// instance that reaches the server over its Unix socket (so bulk
-// transfers take the direct path, process_vm_readv/writev), with its own
-// registered 16 MiB buffer, and a gRPC connection over a Unix socket.
-type unixSide struct {
+// altSide is a second ferry client instance with its own registered
+// 16 MiB buffer, for the contenders that differ in how they reach the
+// server: ferry-unix over the server's Unix socket (so bulk transfers
+// take the direct path, process_vm_readv/writev, with gRPC over a Unix
+// socket beside it), ferry-nocrc over TCP without data CRCs
+// (rpc.Options.NoDataCRC, which the server offers).
+type altSide struct {
 	fi    *rpc.Instance
 	fc    *rpc.Context
 	buf   []byte
 	local *rpc.Bulk
-	gcc   *grpc.ClientConn
+	gcc   *grpc.ClientConn // ferry-unix only: gRPC over the Unix socket
 }
 
-func (c *bulkClient) unix(tb testing.TB) *unixSide {
+type lazySide struct {
+	once sync.Once
+	s    *altSide
+	err  error
+}
+
+func (c *bulkClient) unix(tb testing.TB) *altSide {
+	return c.ux.get(tb, func() (*altSide, error) {
+		if c.p.ferryUnix == "" || c.info.GRPCUnix == "" {
+			return nil, errors.New("the server has no Unix-socket addresses")
+		}
+		return newAltSide(c.p.ferryUnix, false, c.info.GRPCUnix)
+	})
+}
+
+func (c *bulkClient) noCRC(tb testing.TB) *altSide {
+	return c.nc.get(tb, func() (*altSide, error) { return newAltSide(c.p.ferryAddr, true, "") })
+}
+
+func (l *lazySide) get(tb testing.TB, mk func() (*altSide, error)) *altSide {
 	tb.Helper()
-	c.uxOnce.Do(func() { c.ux, c.uxErr = c.newUnixSide() })
-	if c.uxErr != nil {
-		tb.Fatalf("setting up the same-host client: %v", c.uxErr)
+	l.once.Do(func() { l.s, l.err = mk() })
+	if l.err != nil {
+		tb.Fatalf("setting up a second client: %v", l.err)
 	}
-	return c.ux
+	return l.s
 }
 
-func (c *bulkClient) newUnixSide() (*unixSide, error) {
-	if c.p.ferryUnix == "" || c.info.GRPCUnix == "" {
-		return nil, errors.New("the server has no Unix-socket addresses")
-	}
-	u := &unixSide{buf: make([]byte, BulkMax)}
+func newAltSide(addr string, noDataCRC bool, grpcAddr string) (*altSide, error) {
+	u := &altSide{buf: make([]byte, BulkMax)}
 	Pattern(u.buf, seedClient)
 	var err error
-	if u.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv(), Transports: Transports()}); err != nil {
+	if u.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv(),
+		Transports: Transports(), NoDataCRC: noDataCRC}); err != nil {
 		return nil, err
 	}
-	if err = u.fi.Group().Add(0, c.p.ferryUnix); err != nil {
+	if err = u.fi.Group().Add(0, addr); err != nil {
 		return nil, err
 	}
 	if u.fc, err = u.fi.NewContext(rpc.ContextOptions{}); err != nil {
@@ -149,7 +167,10 @@ func (c *bulkClient) newUnixSide() (*unixSide, error) {
 	if u.local, err = u.fi.NewBulk([][]byte{u.buf}, rpc.BulkRW); err != nil {
 		return nil, err
 	}
-	u.gcc, err = grpc.NewClient(c.info.GRPCUnix,
+	if grpcAddr == "" {
+		return u, nil
+	}
+	u.gcc, err = grpc.NewClient(grpcAddr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
 			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
@@ -158,9 +179,8 @@ func (c *bulkClient) newUnixSide() (*unixSide, error) {
 	return u, err
 }
 
-// ferryUnixTransfer is ferryTransfer through the same-host instance.
-func (c *bulkClient) ferryUnixTransfer(tb testing.TB, op rpc.BulkOp, n int) func() error {
-	u := c.unix(tb)
+// transfer is ferryTransfer through u.
+func (c *bulkClient) altTransfer(u *altSide, op rpc.BulkOp, n int) func() error {
 	d := rpc.BulkDesc{Op: op, Remote: c.info.Src, Local: u.local, Len: int64(n), Peer: &c.ep}
 	if op == rpc.BulkPut {
 		d.Remote = c.info.Dst
@@ -402,10 +422,11 @@ func BenchmarkBulkPut(b *testing.B) {
 				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.put(c.buf[:n]) }) })
 			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkPut, n)) })
+			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkPut, n)) })
 			b.Run("impl=ferry-rpc", func(b *testing.B) { benchOp(b, n, c.ferryRPCWrite(n)) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putStream) })
-			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.ferryUnixTransfer(b, rpc.BulkPut, n)) })
+			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.unix(b), rpc.BulkPut, n)) })
 			b.Run("impl=grpc-unary-unix", func(b *testing.B) { benchOp(b, n, c.grpcUnixOps(b, n).putUnary) })
 		})
 	}
@@ -421,9 +442,10 @@ func BenchmarkBulkGet(b *testing.B) {
 				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.get(c.buf[:n]) }) })
 			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkGet, n)) })
+			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkGet, n)) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getStream) })
-			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.ferryUnixTransfer(b, rpc.BulkGet, n)) })
+			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.unix(b), rpc.BulkGet, n)) })
 			b.Run("impl=grpc-unary-unix", func(b *testing.B) { benchOp(b, n, c.grpcUnixOps(b, n).getUnary) })
 		})
 	}
@@ -612,32 +634,39 @@ func TestBulkHarness(t *testing.T) {
 			}
 		}
 
-		// The same-host contenders, into and from their own buffer.
-		u := c.unix(t)
-		for name, get := range map[string]func() error{
-			"ferry-unix":      c.ferryUnixTransfer(t, rpc.BulkGet, n),
-			"grpc-unary-unix": c.grpcUnixOps(t, n).getUnary,
+		// The second clients, into and from their own buffers.
+		u, nc := c.unix(t), c.noCRC(t)
+		for _, g := range []struct {
+			name string
+			get  func() error
+			buf  []byte
+		}{
+			{"ferry-unix", c.altTransfer(u, rpc.BulkGet, n), u.buf},
+			{"grpc-unary-unix", c.grpcUnixOps(t, n).getUnary, u.buf},
+			{"ferry-nocrc", c.altTransfer(nc, rpc.BulkGet, n), nc.buf},
 		} {
-			clear(u.buf[:n+1])
-			if err := get(); err != nil {
-				t.Fatalf("%s GET of %d bytes: %v", name, n, err)
+			clear(g.buf[:n+1])
+			if err := g.get(); err != nil {
+				t.Fatalf("%s GET of %d bytes: %v", g.name, n, err)
 			}
-			if !bytes.Equal(u.buf[:n], want[:n]) || u.buf[n] != 0 {
-				t.Fatalf("%s GET of %d bytes: wrong bytes", name, n)
+			if !bytes.Equal(g.buf[:n], want[:n]) || g.buf[n] != 0 {
+				t.Fatalf("%s GET of %d bytes: wrong bytes", g.name, n)
 			}
 		}
-		Pattern(u.buf, seedClient+uint64(n)+1)
-		sum = CRC32C(u.buf[:n])
-		if err := c.ferryUnixTransfer(t, rpc.BulkPut, n)(); err != nil {
-			t.Fatalf("ferry-unix PUT of %d bytes: %v", n, err)
-		}
-		if got := check(BulkCheckDst, n); got != sum {
-			t.Fatalf("ferry-unix PUT of %d bytes: server sum %08x, want %08x", n, got, sum)
+		for i, s := range []*altSide{u, nc} {
+			Pattern(s.buf, seedClient+uint64(n)+uint64(i)+1)
+			sum = CRC32C(s.buf[:n])
+			if err := c.altTransfer(s, rpc.BulkPut, n)(); err != nil {
+				t.Fatalf("second client %d: PUT of %d bytes: %v", i, n, err)
+			}
+			if got := check(BulkCheckDst, n); got != sum {
+				t.Fatalf("second client %d: PUT of %d bytes: server sum %08x, want %08x", i, n, got, sum)
+			}
+			Pattern(s.buf, seedClient)
 		}
 		if err := c.grpcUnixOps(t, n).putUnary(); err != nil {
 			t.Fatalf("grpc-unary-unix PUT of %d bytes: %v", n, err)
 		}
-		Pattern(u.buf, seedClient)
 	}
 	Pattern(c.buf, seedClient)
 }

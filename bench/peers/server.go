@@ -151,7 +151,10 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0,unix://" + filepath.Join(dir, "ferry.sock"), Logger: log, Bulk: BulkOptionsFromEnv(), Transports: Transports()})
+	fi, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0,unix://" + filepath.Join(dir, "ferry.sock"), Logger: log, Bulk: BulkOptionsFromEnv(), Transports: Transports(),
+		// Offered, in force only with clients that set it too
+		// (ferry-nocrc); the other ferry contenders keep data CRCs.
+		NoDataCRC: true})
 	if err != nil {
 		return err
 	}
