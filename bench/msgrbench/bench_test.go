@@ -88,6 +88,8 @@ type peer struct {
 
 	cli      *msgr.Messenger
 	conn     *msgr.Conn
+	cliNC    *msgr.Messenger // ferry-fast-nocrc: both sides without data CRCs
+	connNC   *msgr.Conn
 	disp     *replyDispatcher
 	startErr error
 }
@@ -169,7 +171,29 @@ func (p *peer) start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return p.conn.Ready(ctx)
+	if err := p.conn.Ready(ctx); err != nil {
+		return err
+	}
+	// A second client that leaves data CRCs out (the server offers it).
+	p.cliNC, err = msgr.New(msgr.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NoDataCRC: true})
+	if err != nil {
+		return err
+	}
+	p.cliNC.SetDefaultPolicy(msgr.LossyClient())
+	p.cliNC.AddDispatcherTail(p.disp)
+	if err := p.cliNC.Start(); err != nil {
+		return err
+	}
+	if p.connNC, err = p.cliNC.Connect(p.ferryAddr); err != nil {
+		return err
+	}
+	if err := p.connNC.Ready(ctx); err != nil {
+		return err
+	}
+	if p.connNC.DataCRC() || !p.conn.DataCRC() {
+		return errors.New("data CRCs not as configured on the benchmark connections")
+	}
+	return nil
 }
 
 // readLine reads one line of the server's stdout within d.
@@ -217,6 +241,9 @@ func (p *peer) stats() (st srvStats, err error) {
 func (p *peer) stop() {
 	if p.cli != nil {
 		p.cli.Shutdown()
+	}
+	if p.cliNC != nil {
+		p.cliNC.Shutdown()
 	}
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
@@ -334,6 +361,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Run("impl=raw", func(b *testing.B) { benchRaw(b, sz.n, 1) })
 			b.Run("impl=ferry", func(b *testing.B) { benchFerry(b, sz.n, 1, false) })
 			b.Run("impl=ferry-fast", func(b *testing.B) { benchFerry(b, sz.n, 1, true) })
+			b.Run("impl=ferry-fast-nocrc", func(b *testing.B) { benchFerryOn(b, getPeer(b).connNC, sz.n, 1, true) })
 		})
 	}
 }
@@ -489,6 +517,11 @@ func benchRaw(b *testing.B, size, window int) {
 // it by then), so the benchmark's own code allocates nothing per message:
 // what allocs/op shows is the messenger's (and the received replies').
 func benchFerry(b *testing.B, size, window int, fast bool) {
+	benchFerryOn(b, getPeer(b).conn, size, window, fast)
+}
+
+// benchFerryOn is benchFerry on conn.
+func benchFerryOn(b *testing.B, conn *msgr.Conn, size, window int, fast bool) {
 	p := getPeer(b)
 	typ, replies := TypeEcho, p.disp.queued
 	if fast {
@@ -505,7 +538,7 @@ func benchFerry(b *testing.B, size, window int, fast bool) {
 		m := ring[tid%uint64(window)]
 		m.Header.Tid = tid
 		tid++
-		if err := p.conn.Send(m); err != nil {
+		if err := conn.Send(m); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -518,8 +551,8 @@ func benchFerry(b *testing.B, size, window int, fast bool) {
 			}
 			want++
 			r.Done() // lets a pooling messenger recycle the reply
-		case <-p.conn.Done():
-			b.Fatalf("connection closed: %v", p.conn.Err())
+		case <-conn.Done():
+			b.Fatalf("connection closed: %v", conn.Err())
 		}
 	}
 	for range 10 { // warm up

@@ -73,6 +73,9 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	m, err := msgr.New(msgr.Config{
 		Name:   msg.EntityName{Type: msg.EntityOSD, Num: 0},
 		Logger: log,
+		// Offered; in force only with the client that sets it too
+		// (ferry-fast-nocrc).
+		NoDataCRC: true,
 	})
 	if err != nil {
 		return err
