@@ -18,15 +18,9 @@ import (
 	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
-// client starts a lossy ferry client messenger whose replies arrive on
-// the returned channel.
-func client(t *testing.T) (*msgr.Messenger, chan *msg.Message) {
-	t.Helper()
-	return clientWith(t, msgr.Config{})
-}
-
-// clientWith is client with cfg (its Logger replaced).
-func clientWith(t *testing.T, cfg msgr.Config) (*msgr.Messenger, chan *msg.Message) {
+// client starts a lossy ferry client messenger with cfg (its Logger
+// replaced) whose replies arrive on the returned channel.
+func client(t *testing.T, cfg msgr.Config) (*msgr.Messenger, chan *msg.Message) {
 	t.Helper()
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, err := msgr.New(cfg)
@@ -62,10 +56,23 @@ func await(t *testing.T, ch chan *msg.Message, typ uint16) *msg.Message {
 	}
 }
 
-// TestMon talks to a real ceph-mon: MPing, MMonGetVersion and MMonCommand.
+// TestMon talks to a real ceph-mon: MPing, MMonGetVersion and MMonCommand,
+// from a default client and from one that offers to leave data CRCs out
+// (msgr.Config.NoDataCRC, a ferry-only banner bit), which the mon ignores:
+// that session keeps data CRCs, and the command's answer comes back in
+// the data segment.
 func TestMon(t *testing.T) {
 	mon := cephtest.StartMon(t)
-	m, ch := client(t)
+	for _, tc := range []struct {
+		name string
+		cfg  msgr.Config
+	}{{"default", msgr.Config{}}, {"nodatacrc", msgr.Config{NoDataCRC: true}}} {
+		t.Run(tc.name, func(t *testing.T) { testMon(t, mon, tc.cfg) })
+	}
+}
+
+func testMon(t *testing.T, mon *cephtest.Mon, cfg msgr.Config) {
+	m, ch := client(t, cfg)
 	conn, err := m.ConnectType("v2:"+mon.V2Addr+"/0", msg.EntityMon)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +84,9 @@ func TestMon(t *testing.T) {
 	}
 	if pn := conn.PeerName(); pn.Type != msg.EntityMon {
 		t.Fatalf("peer %v", pn)
+	}
+	if !conn.DataCRC() {
+		t.Fatal("data CRCs left out on a session with ceph-mon")
 	}
 
 	t.Run("ping", func(t *testing.T) {
@@ -153,42 +163,6 @@ func TestMon(t *testing.T) {
 			t.Fatal("mon accepted a command with a wrong fsid")
 		}
 	})
-}
-
-// TestMonNoDataCRC: a ferry client that offers to leave data CRCs out
-// (msgr.Config.NoDataCRC, a ferry-only banner bit) still talks to a real
-// ceph-mon, which ignores the bit: the session keeps data CRCs, and a
-// command whose answer comes back in the data segment works.
-func TestMonNoDataCRC(t *testing.T) {
-	mon := cephtest.StartMon(t)
-	m, ch := clientWith(t, msgr.Config{NoDataCRC: true})
-	conn, err := m.ConnectType("v2:"+mon.V2Addr+"/0", msg.EntityMon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := conn.Ready(ctx); err != nil {
-		t.Fatalf("handshake with ceph-mon: %v (mon log: %s)", err, mon.LogPath())
-	}
-	if !conn.DataCRC() {
-		t.Fatal("data CRCs left out on a session with ceph-mon")
-	}
-	fsid, err := ceph.ParseFSID(mon.FSID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := ceph.MonCommand{Tid: 9, FSID: fsid, Cmd: []string{`{"prefix":"mon stat","format":"json"}`}}
-	if err := conn.Send(req.Marshal()); err != nil {
-		t.Fatal(err)
-	}
-	var ack ceph.MonCommandAck
-	if err := ack.Unmarshal(await(t, ch, ceph.MsgMonCommandAck)); err != nil {
-		t.Fatal(err)
-	}
-	if ack.R != 0 || ack.Tid != 9 || len(ack.Output) == 0 {
-		t.Fatalf("ack r=%d rs=%q tid=%d output %d bytes", ack.R, ack.RS, ack.Tid, len(ack.Output))
-	}
 }
 
 // TestMonMissingFeatures: a ferry client advertising too few features is

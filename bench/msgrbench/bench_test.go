@@ -157,43 +157,43 @@ func (p *peer) start() error {
 		queued: make(chan *msg.Message, 256),
 		fast:   make(chan *msg.Message, 256),
 	}
-	p.cli, err = msgr.New(msgr.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return err
-	}
-	p.cli.SetDefaultPolicy(msgr.LossyClient())
-	p.cli.AddDispatcherTail(p.disp)
-	if err := p.cli.Start(); err != nil {
-		return err
-	}
-	if p.conn, err = p.cli.Connect(p.ferryAddr); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.conn.Ready(ctx); err != nil {
+	if p.cli, p.conn, err = p.dial(msgr.Config{}); err != nil {
 		return err
 	}
 	// A second client that leaves data CRCs out (the server offers it).
-	p.cliNC, err = msgr.New(msgr.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), NoDataCRC: true})
-	if err != nil {
-		return err
-	}
-	p.cliNC.SetDefaultPolicy(msgr.LossyClient())
-	p.cliNC.AddDispatcherTail(p.disp)
-	if err := p.cliNC.Start(); err != nil {
-		return err
-	}
-	if p.connNC, err = p.cliNC.Connect(p.ferryAddr); err != nil {
-		return err
-	}
-	if err := p.connNC.Ready(ctx); err != nil {
+	if p.cliNC, p.connNC, err = p.dial(msgr.Config{NoDataCRC: true}); err != nil {
 		return err
 	}
 	if p.connNC.DataCRC() || !p.conn.DataCRC() {
 		return errors.New("data CRCs not as configured on the benchmark connections")
 	}
 	return nil
+}
+
+// dial starts a lossy client messenger with cfg whose replies go to
+// p.disp and returns its ready connection to the ferry server.
+func (p *peer) dial(cfg msgr.Config) (*msgr.Messenger, *msgr.Conn, error) {
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := msgr.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.SetDefaultPolicy(msgr.LossyClient())
+	m.AddDispatcherTail(p.disp)
+	if err := m.Start(); err != nil {
+		return nil, nil, err
+	}
+	conn, err := m.Connect(p.ferryAddr)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = conn.Ready(ctx)
+		cancel()
+	}
+	if err != nil {
+		m.Shutdown()
+		return nil, nil, err
+	}
+	return m, conn, nil
 }
 
 // readLine reads one line of the server's stdout within d.

@@ -99,13 +99,19 @@ func newBulkClient(p *peer) (*bulkClient, error) {
 	if err := p.fc.Call(ctx, c.ep, OpBulkInfo, nil, &c.info); err != nil {
 		return nil, fmt.Errorf("bulk info: %w", err)
 	}
-	c.gcc, err = grpc.NewClient(c.info.GRPC,
+	c.gcc, err = dialBulkGRPC(c.info.GRPC)
+	return c, err
+}
+
+// dialBulkGRPC connects to the bulk gRPC server at addr, sized for large
+// messages.
+func dialBulkGRPC(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
 			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
 		grpc.WithInitialWindowSize(GRPCWindow),
 		grpc.WithInitialConnWindowSize(GRPCWindow))
-	return c, err
 }
 
 // altSide is a second ferry client instance with its own registered
@@ -170,12 +176,7 @@ func newAltSide(addr string, noDataCRC bool, grpcAddr string) (*altSide, error) 
 	if grpcAddr == "" {
 		return u, nil
 	}
-	u.gcc, err = grpc.NewClient(grpcAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
-			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
-		grpc.WithInitialWindowSize(GRPCWindow),
-		grpc.WithInitialConnWindowSize(GRPCWindow))
+	u.gcc, err = dialBulkGRPC(grpcAddr)
 	return u, err
 }
 
