@@ -36,10 +36,12 @@ type Config struct {
 	// NoDataCRC leaves the CRC of message data out on connections to
 	// peers that set it too (ferry peers only: the msgr2 banner offers
 	// msgr2.FeatureNoDataCRC; Ceph daemons never accept, so their
-	// sessions keep every CRC). Like Ceph's ms_crc_data=false, it is for
-	// systems that checksum their data end to end (as BlueStore and DAOS
-	// do) and would otherwise pay for a second checksum on every byte
-	// sent and received. Headers, fronts, middles and control frames keep
+	// sessions keep every CRC). The counterpart of msgr1's
+	// ms_crc_data=false (in msgr2's crc mode Ceph always computes segment
+	// CRCs), for systems whose clients checksum data before sending it
+	// and verify it after receiving it (as DAOS end-to-end checksums do),
+	// which would otherwise pay for a second checksum on every byte sent
+	// and received. Headers, fronts, middles and control frames keep
 	// their CRCs.
 	NoDataCRC bool
 

@@ -127,9 +127,12 @@ func (c *Conn) Features() uint64 {
 	return c.features
 }
 
-// DataCRC reports whether the socket the connection runs on carries
+// DataCRC reports whether the socket the connection runs on now carries
 // CRCs of message data: false only when both sides set
-// Config.NoDataCRC. Without a socket it reports true.
+// Config.NoDataCRC. It is decided again for every socket (a peer that
+// restarts with another setting changes it) and reports true while there
+// is none, so it says how the connection runs, not how a given message
+// travelled.
 func (c *Conn) DataCRC() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -247,7 +247,11 @@ func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, s
 		_, err = io.ReadFull(br, tail)
 	}
 	if err == nil {
-		evs, err = e.FeedSplitCRC(head, placed, tail, crc)
+		if pcrc == nil {
+			evs, err = e.FeedSplit(head, placed, tail) // no data CRC to check
+		} else {
+			evs, err = e.FeedSplitCRC(head, placed, tail, crc)
+		}
 	}
 	if err != nil {
 		placer.UnplaceData(c, ph)

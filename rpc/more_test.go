@@ -242,3 +242,25 @@ func TestSpin(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsWithMessenger: the options that configure the instance's own
+// messenger are refused with an existing one.
+func TestOptionsWithMessenger(t *testing.T) {
+	m, err := msgr.New(msgr.Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown()
+	for _, o := range []rpc.Options{
+		{Messenger: m, Listen: "tcp://127.0.0.1:0"},
+		{Messenger: m, NoDataCRC: true},
+	} {
+		in, err := rpc.New(o)
+		if !errors.Is(err, rpc.ErrInvalid) {
+			if in != nil {
+				in.Close()
+			}
+			t.Fatalf("%+v: %v, want ErrInvalid", o, err)
+		}
+	}
+}

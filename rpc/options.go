@@ -63,7 +63,7 @@ type Options struct {
 	// NoDataCRC leaves the CRC of message data (RPC inputs and outputs,
 	// bulk chunks) out on connections to peers that set it too; see
 	// msgr.Config.NoDataCRC. For storage systems that checksum their data
-	// end to end. Not used with Messenger (set it there).
+	// end to end. Not allowed with Messenger (set it in its msgr.Config).
 	NoDataCRC bool
 	// Name is the messenger's entity name; default osd.RANK for a server
 	// and client.? for a client.
@@ -175,6 +175,9 @@ func (o *Options) validate() error {
 	}
 	if o.Messenger != nil && o.Listen != "" {
 		errs = append(errs, errors.New("Listen is set with Messenger"))
+	}
+	if o.Messenger != nil && o.NoDataCRC {
+		errs = append(errs, errors.New("NoDataCRC is set with Messenger (set it in the messenger's msgr.Config)"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: options: %w", ErrInvalid, err)

@@ -808,7 +808,8 @@ func (in *Instance) bulkReply(conn *msgr.Conn, req *wire.BulkHeader, op uint8, r
 // bulkData sends a data chunk. Its CRC is left to the messenger, which
 // computes it right after the chunk is written to the socket, while the
 // bytes are still in the cache (computing it ahead, as this once did,
-// reads the chunk from memory twice). A chunk sent from the reader
+// reads the chunk from memory twice), or not at all on a connection
+// without data CRCs (Options.NoDataCRC). A chunk sent from the reader
 // goroutine that asked for it is written by that goroutine, without a
 // hand-off to the connection's writer.
 func (in *Instance) bulkData(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) {

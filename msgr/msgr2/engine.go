@@ -255,8 +255,9 @@ func (e *Engine) Start() {
 
 // DataCRC reports whether MESSAGE data segments carry CRCs on this
 // connection: false once both banners offered FeatureNoDataCRC. A sender
-// then leaves the data CRC zero (MessageFrame.DataCRCSet) and a reader
-// need not compute it; the engine does not check it.
+// that encodes MessageFrames itself must then leave the data CRC zero
+// (DataCRC 0, DataCRCSet), and a reader need not compute it; the engine
+// does not check it.
 func (e *Engine) DataCRC() bool { return !e.noDataCRC }
 
 // Output returns the bytes to send and clears the buffer; the slice is

@@ -51,12 +51,14 @@ const (
 	FeatureRevision1   uint64 = 1 << 0 // msgr2.1 frame layout
 	FeatureCompression uint64 = 1 << 1 // on-wire compression (Quincy and later)
 
-	// FeatureNoDataCRC is ferry's own: a peer that sets it in its
-	// banner's supported mask (Config.NoDataCRC) will leave the CRC of
-	// MESSAGE data segments out (zero) and not check it, if the other
-	// side sets it too. Ceph sets no such bit, so sessions with Ceph
-	// daemons always carry every CRC. Every other CRC (preambles, control
-	// frames, message headers, fronts and middles) is always checked.
+	// FeatureNoDataCRC is ferry's own (bits 56–63 are reserved for
+	// ferry; Ceph defines bits 0 and 1 and ignores unknown supported
+	// bits): a peer that sets it in its banner's supported mask
+	// (Config.NoDataCRC) will leave the CRC of MESSAGE data segments out
+	// (zero) and not check it, if the other side sets it too. Ceph sets
+	// no such bit, so sessions with Ceph daemons always carry every CRC.
+	// Every other CRC (preambles, control frames, message headers,
+	// fronts and middles) is always checked.
 	FeatureNoDataCRC uint64 = 1 << 56
 )
 
@@ -301,7 +303,8 @@ func (p *Preamble) BodyLen(rev1 bool) int {
 }
 
 // ParseBody splits a crc-mode frame body (the BodyLen(rev1) bytes after the
-// preamble p) into its segments and verifies their CRCs and the
+// preamble p) into its segments and verifies all their CRCs (the data's
+// too: FeatureNoDataCRC is the engine's business) and the
 // epilogue's late status. The returned segments alias body; segments past
 // p.NumSegments are nil, declared but empty ones are empty and non-nil.
 //

@@ -179,7 +179,8 @@ func (e *Engine) PeekMessage(head []byte) (MessagePeek, error) {
 // FeedSplit consumes the body of the MESSAGE frame that Split describes,
 // read in three parts: head, data (buffers whose lengths sum to
 // Split().Data) and tail. It verifies every CRC, the data's across the
-// buffers, and returns the events Feed would return for the whole body,
+// buffers (unless the session goes without data CRCs, see DataCRC), and
+// returns the events Feed would return for the whole body,
 // except that the message's Data is data itself (the buffers, not a
 // copy); its Front and Middle alias head. A duplicate is dropped as by
 // Feed. Any error is fatal to the connection.
@@ -198,8 +199,9 @@ func UpdateSegmentCRC(crc uint32, p []byte) uint32 { return msg.CRC32C(crc, p) }
 
 // FeedSplitCRC is FeedSplit for a reader that computed the data
 // segment's CRC as it read (dataCRC, see UpdateSegmentCRC): the engine
-// compares dataCRC with the epilogue instead of reading the data again.
-// Every other check, and every result, is FeedSplit's.
+// compares dataCRC with the epilogue instead of reading the data again
+// (and ignores it on a session without data CRCs, see DataCRC). Every
+// other check, and every result, is FeedSplit's.
 func (e *Engine) FeedSplitCRC(head []byte, data [][]byte, tail []byte, dataCRC uint32) ([]Event, error) {
 	return e.feedSplit(head, data, nil, tail, &dataCRC)
 }

@@ -506,9 +506,9 @@ func TestNoDataCRC(t *testing.T) {
 	for _, rev1 := range []bool{false, true} {
 		h := Header2{Seq: 1, Tid: 5, Type: 7}
 		data := pattern(100<<10, 9)
-		mf := MessageFrame{Header: h, Front: msg.Buffers{[]byte("front")}, Data: msg.Buffers{data}, DataCRCSet: true}
+		mf := MessageFrame{Header: h, Front: msg.Buffers{[]byte("front")}, Middle: msg.Buffers{[]byte("mid")}, Data: msg.Buffers{data}, DataCRCSet: true}
 		wire := mf.AppendTail(append(mf.AppendHead(nil, rev1), data...), rev1)
-		if bytes.Equal(wire, wireMessage(rev1, h, []byte("front"), nil, data)) {
+		if bytes.Equal(wire, wireMessage(rev1, h, []byte("front"), []byte("mid"), data)) {
 			t.Fatal("DataCRCSet with a zero CRC made the same frame")
 		}
 		// A session with data CRCs refuses the zero data CRC.
@@ -528,7 +528,8 @@ func TestNoDataCRC(t *testing.T) {
 		}{
 			{"intact", -1, nil},
 			{"data byte", sp.Head + 1234, nil},
-			{"front", sp.Head - 3, ErrSegmentCRC},
+			{"front", sp.Head - 5, ErrSegmentCRC},
+			{"middle", sp.Head - 1, ErrSegmentCRC},
 			{"header", 8, ErrSegmentCRC},
 		} {
 			w := bytes.Clone(wire)
