@@ -607,7 +607,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 	c.mu.Unlock()
 	c.lastRecv.Store(time.Now().UnixNano())
 	m.log.Debug("socket up", "conn", c.id, "outgoing", c.outgoing, "resumed", r.e.Resumed(), "in_seq", c.inSeq.Load(), "engine_in_seq", r.e.InSeq(),
-		"remote", r.nc.RemoteAddr().String())
+		"remote", r.nc.RemoteAddr().String(), "data_crc", r.e.DataCRC())
 	if c.outgoing {
 		m.registerOutgoingSession(c)
 		m.queueEvent(itemConnect, c)

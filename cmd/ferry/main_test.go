@@ -336,6 +336,24 @@ func TestSelftestEndpoints(t *testing.T) {
 	}
 }
 
+// `ferry selftest --no-data-crc` against a `ferry serve --no-data-crc`:
+// the sessions go without data CRCs (the server logs it), the bulk and
+// overflow sizes arrive intact (the self-test checks them).
+func TestSelftestNoDataCRC(t *testing.T) {
+	a := startServe(t, "--no-data-crc", "--verbose")
+	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--no-data-crc", "--reps", "20", "--sizes", "0 0,100 100000,b1048576 b3000", "--endpoints", a.addr)
+	if r.code != 0 {
+		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	checkSelftestJSON(t, r.stdout, [][2]int{{0, 0}, {100, 100000}, {1048576, 3000}}, 20)
+	if code := a.stop(t); code != 0 {
+		t.Errorf("serve exit %d", code)
+	}
+	if log := a.stderr.String(); !strings.Contains(log, "data_crc=false") || strings.Contains(log, "data_crc=true") {
+		t.Errorf("serve did not log sessions without data CRCs only:\n%s", log)
+	}
+}
+
 func TestUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

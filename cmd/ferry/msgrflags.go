@@ -37,6 +37,7 @@ type msgrFlags struct {
 	kaTimeout      *time.Duration
 	backoffInitial *time.Duration
 	backoffMax     *time.Duration
+	noDataCRC      *bool
 }
 
 // addMsgrFlags defines the messenger flags on fs, with defaultPolicy as
@@ -53,6 +54,7 @@ func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
 		kaTimeout:      fs.Duration("keepalive-timeout", 0, "fault a connection that received nothing for this long (0: the default, 30s; negative disables)"),
 		backoffInitial: fs.Duration("backoff-initial", 0, "first wait before a lossless connection retries a failed attempt (0: the default, 200ms)"),
 		backoffMax:     fs.Duration("backoff-max", 0, "longest wait between reconnect attempts, doubling from --backoff-initial (0: the default, 15s)"),
+		noDataCRC:      fs.Bool("no-data-crc", false, noDataCRCUsage),
 	}
 }
 
@@ -65,7 +67,11 @@ type msgrOptions struct {
 
 	KeepaliveInterval, KeepaliveTimeout time.Duration
 	InitialBackoff, MaxBackoff          time.Duration
+	NoDataCRC                           bool
 }
+
+// noDataCRCUsage documents --no-data-crc (msgr.Config.NoDataCRC).
+const noDataCRCUsage = "leave the CRCs of message data out on connections to ferry peers that set it too (Ceph daemons never do)"
 
 // defaultMsgrOptions returns the options with policy name and nothing else
 // changed from the messenger's defaults.
@@ -84,6 +90,7 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.KeepaliveTimeout = o.KeepaliveTimeout
 	c.InitialBackoff = o.InitialBackoff
 	c.MaxBackoff = o.MaxBackoff
+	c.NoDataCRC = o.NoDataCRC
 }
 
 // options validates the parsed flags and returns the options, or an error
@@ -100,6 +107,7 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		KeepaliveTimeout:  *f.kaTimeout,
 		InitialBackoff:    *f.backoffInitial,
 		MaxBackoff:        *f.backoffMax,
+		NoDataCRC:         *f.noDataCRC,
 		Inject: msgr.Inject{
 			SocketFailures:   *f.injSocket,
 			DelayProbability: *f.injDelayProb,

@@ -34,6 +34,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	rpcTimeout := fs.Duration("rpc-timeout", 10*time.Second, "timeout of each RPC")
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
 	verbose := fs.Bool("verbose", false, "log debug messages")
+	noDataCRC := fs.Bool("no-data-crc", false, noDataCRCUsage)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -78,7 +79,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	var cli *rpc.Instance
 	var eps []rpc.Endpoint
 	if len(addrs) == 0 {
-		g, err := selftest.StartLocalGroup(*ranks, log)
+		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: starting %d ranks: %v\n", *ranks, err)
 			return exitError
@@ -88,7 +89,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	} else {
 		// Each address is a rank of the client's view of the group; a
 		// `ferry serve` answers whatever rank it is addressed as.
-		cli, err = rpc.New(rpc.Options{Logger: log})
+		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
 			return exitError
@@ -112,7 +113,11 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		if len(addrs) > 0 {
 			where = strings.Join(addrs, ", ")
 		}
-		fmt.Fprintf(e.stdout, "Self-test: %d size pairs, %d RPCs each, %d in flight, endpoints: %s\n\n", len(pairs), *reps, *inflight, where)
+		crcs := ""
+		if *noDataCRC {
+			crcs = ", data CRCs off where the peer agrees"
+		}
+		fmt.Fprintf(e.stdout, "Self-test: %d size pairs, %d RPCs each, %d in flight%s, endpoints: %s\n\n", len(pairs), *reps, *inflight, crcs, where)
 	}
 	failures := 0
 	var results []*selftest.Result

@@ -426,6 +426,12 @@ type LocalGroup struct {
 // StartLocalGroup starts n ranks on 127.0.0.1 and a client instance whose
 // group holds them.
 func StartLocalGroup(n int, log *slog.Logger) (*LocalGroup, error) {
+	return StartLocalGroupOpts(n, rpc.Options{Logger: log})
+}
+
+// StartLocalGroupOpts is StartLocalGroup with o as the options of every
+// instance (Listen and Rank are set for each rank).
+func StartLocalGroupOpts(n int, o rpc.Options) (*LocalGroup, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: %d ranks", ErrConfig, n)
 	}
@@ -435,7 +441,9 @@ func StartLocalGroup(n int, log *slog.Logger) (*LocalGroup, error) {
 		return nil, err
 	}
 	for i := range n {
-		in, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Rank: uint32(i), Logger: log})
+		ro := o
+		ro.Listen, ro.Rank = "tcp://127.0.0.1:0", uint32(i)
+		in, err := rpc.New(ro)
 		if err != nil {
 			return fail(err)
 		}
@@ -444,7 +452,7 @@ func StartLocalGroup(n int, log *slog.Logger) (*LocalGroup, error) {
 			return fail(err)
 		}
 	}
-	cli, err := rpc.New(rpc.Options{Logger: log})
+	cli, err := rpc.New(o)
 	if err != nil {
 		return fail(err)
 	}
