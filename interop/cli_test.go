@@ -80,11 +80,19 @@ func startServe(t *testing.T, bin string, args ...string) string {
 }
 
 // TestCephCLIPingsFerry points the stock ceph command-line client at
-// `ferry serve` and runs `ceph ping mon.a`.
+// `ferry serve` and runs `ceph ping mon.a`, also with `serve
+// --no-data-crc` (the ceph client does not offer the ferry-only bit, so
+// that session keeps its data CRCs and works as before).
 func TestCephCLIPingsFerry(t *testing.T) {
 	cephtest.RequireCLI(t)
 	bin := buildFerry(t)
-	addr := startServe(t, bin)
+	for _, args := range [][]string{nil, {"--no-data-crc"}} {
+		t.Run(strings.Join(append([]string{"serve"}, args...), " "), func(t *testing.T) { cephCLIPing(t, bin, args) })
+	}
+}
+
+func cephCLIPing(t *testing.T, bin string, args []string) {
+	addr := startServe(t, bin, args...)
 	conf := cephtest.WriteClientConf(t.TempDir(), strings.TrimSuffix(addr, "/0"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
