@@ -136,10 +136,16 @@ type BulkOptions struct {
 // for about 20% less CPU than 256 KiB ones, and 64 B RPC latency behind a
 // transfer grows with the window (the bytes queued ahead of it): p50
 // about 0.7 ms with a 1 MiB window, 1.1 ms with 2 MiB, 1.6 ms with 4 MiB.
+// The segmentation limit covers the 4 MiB object write, the common large
+// storage RPC: pushed, it saves the rendezvous round trip (the receiver's
+// first pull request), which is a tenth of a 4 MiB PUT here: 0.87 of the
+// raw-TCP floor against 0.76 as a rendezvous PUT (session 4, 6 interleaved
+// rounds). Pushed chunks land straight in the registered target as pulled
+// ones do, within the same windows.
 const (
 	DefaultEagerLimit       = 16 << 10
 	DefaultChunkSize        = 1 << 20
-	DefaultSegmentLimit     = 1 << 20
+	DefaultSegmentLimit     = 4 << 20
 	DefaultBulkWindow       = 2 << 20
 	DefaultBulkConnLimit    = 4 << 20
 	DefaultBulkContextLimit = 16 << 20
