@@ -376,11 +376,15 @@ func FuzzEngine(f *testing.F) {
 	f.Add(hello, false)
 	f.Add(AppendFrame(hello, TagAuthRequest, true, (&AuthRequest{Method: 1, PreferredModes: []uint32{1}, Payload: (&AuthNonePayload{Mode: 10}).Append(nil)}).Append(nil)), false)
 	f.Add(AppendFrame(hello, TagAuthDone, true, (&AuthDone{GlobalID: 1, ConMode: 1}).Append(nil)), true)
+	// A banner that offers FeatureNoDataCRC, then a MESSAGE-shaped start.
+	f.Add(AppendFrame(AppendBanner(nil, FeatureRevision1|FeatureNoDataCRC, 0), TagHello, true, (&Hello{EntityType: msg.EntityClient}).Append(nil)), false)
 	f.Fuzz(func(t *testing.T, in []byte, client bool) {
 		cfg := serverConfig()
 		if client {
 			cfg = clientConfig()
 		}
+		// The last input byte's low bit offers FeatureNoDataCRC too.
+		cfg.NoDataCRC = len(in) > 0 && in[len(in)-1]&1 == 1
 		e := NewEngine(cfg)
 		e.Start()
 		for steps := 0; steps < 10000; steps++ {
