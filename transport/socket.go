@@ -25,6 +25,13 @@ type TCPOptions struct {
 	// which on Linux autotunes. They are set after the connection is
 	// established, best effort.
 	ReadBuffer, WriteBuffer int
+	// Congestion is the TCP congestion control of every connection
+	// (TCP_CONGESTION, Linux only), e.g. "cubic" or "bbr"; empty keeps
+	// the system default (net.ipv4.tcp_congestion_control). Pacing
+	// algorithms such as BBR cost bandwidth and CPU on loopback and
+	// same-rack links (BENCHMARKS.md). Dial and Listen fail with
+	// ErrBadConfig for an algorithm the kernel does not offer.
+	Congestion string
 }
 
 func (o TCPOptions) validate() error {
@@ -57,9 +64,12 @@ func (t *TCP) Listen(ctx context.Context, a Addr) (Listener, error) {
 	if err := checkScheme(a, "tcp"); err != nil {
 		return nil, err
 	}
-	lc := net.ListenConfig{KeepAlive: t.opts.KeepAlive}
+	lc := net.ListenConfig{KeepAlive: t.opts.KeepAlive, Control: t.control}
 	l, err := lc.Listen(ctx, "tcp", a.Host)
 	if err != nil {
+		if errors.Is(err, ErrBadConfig) || errors.Is(err, ErrUnsupported) {
+			return nil, err
+		}
 		return nil, mapListenErr(err)
 	}
 	bound := Addr{Scheme: "tcp", Host: l.Addr().String(), Nonce: a.Nonce}
@@ -76,13 +86,25 @@ func (t *TCP) Dial(ctx context.Context, a Addr) (Conn, error) {
 	if err := checkScheme(a, "tcp"); err != nil {
 		return nil, err
 	}
-	d := net.Dialer{KeepAlive: t.opts.KeepAlive}
+	d := net.Dialer{KeepAlive: t.opts.KeepAlive, Control: t.control}
 	c, err := d.DialContext(ctx, "tcp", a.Host)
 	if err != nil {
+		if errors.Is(err, ErrBadConfig) || errors.Is(err, ErrUnsupported) {
+			return nil, err
+		}
 		return nil, mapDialErr(err)
 	}
 	t.setup(c)
 	return c, nil
+}
+
+// control sets the congestion control on a socket before it connects or
+// listens (nil when none is chosen).
+func (t *TCP) control(_, _ string, rc syscall.RawConn) error {
+	if t.opts.Congestion == "" {
+		return nil
+	}
+	return setCongestion(rc, t.opts.Congestion)
 }
 
 // setup applies the options to a new connection, best effort: an error
@@ -100,6 +122,13 @@ func (t *TCP) setup(c net.Conn) {
 	}
 	if t.opts.WriteBuffer > 0 {
 		_ = tc.SetWriteBuffer(t.opts.WriteBuffer)
+	}
+	if t.opts.Congestion != "" {
+		// Accepted sockets: the listener's choice is set again, as
+		// Linux does not always pass it on.
+		if rc, err := tc.SyscallConn(); err == nil {
+			_ = setCongestion(rc, t.opts.Congestion)
+		}
 	}
 }
 

@@ -1,7 +1,12 @@
 package transport_test
 
 import (
+	"context"
+	"errors"
 	"net"
+	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -60,5 +65,44 @@ func TestTCPOptions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTCPCongestion: TCPOptions.Congestion is in force on the dialed and
+// the accepted socket; the default keeps the system's; an algorithm the
+// kernel lacks fails Listen and Dial with ErrBadConfig.
+func TestTCPCongestion(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	def, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		t.Skip("no /proc/sys/net/ipv4/tcp_congestion_control")
+	}
+	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	for _, cc := range []string{"", "reno", "cubic"} {
+		if cc != "" && !slices.Contains(strings.Fields(string(avail)), cc) {
+			continue // not built into this kernel
+		}
+		want := cc
+		if cc == "" {
+			want = strings.TrimSpace(string(def))
+		}
+		c, s := transporttest.Pair(t, transport.NewTCP(transport.TCPOptions{Congestion: cc}), "tcp://127.0.0.1:0")
+		for _, conn := range []net.Conn{c, s} {
+			if got, err := transport.Congestion(conn); err != nil || got != want {
+				t.Errorf("Congestion %q: socket has %q (%v), want %q", cc, got, err, want)
+			}
+		}
+	}
+	bad := transport.NewTCP(transport.TCPOptions{Congestion: "no-such-algorithm"})
+	if _, err := bad.Listen(context.Background(), transport.Addr{Scheme: "tcp", Host: "127.0.0.1:0"}); !errors.Is(err, transport.ErrBadConfig) {
+		t.Errorf("Listen with an unknown algorithm: %v, want ErrBadConfig", err)
+	}
+	ln := transporttest.Listen(t, transport.NewTCP(transport.TCPOptions{}), "tcp://127.0.0.1:0")
+	defer ln.Close()
+	if c, err := bad.Dial(context.Background(), ln.Addr()); !errors.Is(err, transport.ErrBadConfig) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("Dial with an unknown algorithm: %v, want ErrBadConfig", err)
 	}
 }
