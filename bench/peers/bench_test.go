@@ -166,7 +166,7 @@ func (p *peer) start() error {
 			return fmt.Errorf("unexpected server line %q", line)
 		}
 	}
-	p.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv()})
+	p.fi, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bulk: BulkOptionsFromEnv(), Transports: Transports()})
 	if err != nil {
 		return err
 	}
@@ -181,6 +181,7 @@ func (p *peer) start() error {
 	}
 	p.gcc, err = grpc.NewClient(p.grpcAddr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialTCP),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(RawCodec{})))
 	return err
 }
@@ -265,7 +266,7 @@ type rawConn struct {
 }
 
 func dialRaw(addr string) (*rawConn, error) {
-	c, err := net.Dial("tcp", addr)
+	c, err := dialTCP(context.Background(), addr)
 	if err != nil {
 		return nil, err
 	}

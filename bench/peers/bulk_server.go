@@ -228,10 +228,10 @@ func startBulk(fi *rpc.Instance, n *atomic.Uint64, dir string) (_ *bulkServer, e
 	if s.sink, err = fi.NewBulk([][]byte{s.sinkBuf}, rpc.BulkWO); err != nil {
 		return nil, err
 	}
-	if s.rl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if s.rl, err = listenTCP(); err != nil {
 		return nil, err
 	}
-	if s.gl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	if s.gl, err = listenTCP(); err != nil {
 		s.rl.Close()
 		return nil, err
 	}

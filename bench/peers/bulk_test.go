@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +45,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/transport"
 )
 
 var bulkSizes = []struct {
@@ -106,12 +108,17 @@ func newBulkClient(p *peer) (*bulkClient, error) {
 // dialBulkGRPC connects to the bulk gRPC server at addr, sized for large
 // messages.
 func dialBulkGRPC(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(BulkCodec{}),
 			grpc.MaxCallRecvMsgSize(GRPCMaxMsg), grpc.MaxCallSendMsgSize(GRPCMaxMsg)),
 		grpc.WithInitialWindowSize(GRPCWindow),
-		grpc.WithInitialConnWindowSize(GRPCWindow))
+		grpc.WithInitialConnWindowSize(GRPCWindow),
+	}
+	if !strings.HasPrefix(addr, "unix://") {
+		opts = append(opts, grpc.WithContextDialer(dialTCP))
+	}
+	return grpc.NewClient(addr, opts...)
 }
 
 // altSide is a second ferry client instance with its own registered
@@ -219,7 +226,7 @@ type rawBulk struct {
 }
 
 func dialRawBulk(addr string) (*rawBulk, error) {
-	c, err := net.Dial("tcp", addr)
+	c, err := dialTCP(context.Background(), addr)
 	if err != nil {
 		return nil, err
 	}
@@ -590,6 +597,11 @@ func TestBulkHarness(t *testing.T) {
 	}
 	defer r.c.Close()
 	r.c.SetDeadline(time.Now().Add(30 * time.Second))
+	if cc := BenchCC(); cc != "" {
+		if got, err := transport.Congestion(r.c); err != nil || got != cc {
+			t.Fatalf("FERRY_BENCH_CC=%s: the raw connection runs %q (%v)", cc, got, err)
+		}
+	}
 
 	// Eager, segmented or rendezvous (above 16 KiB; PUT above 1 MiB), and
 	// a gRPC stream of several messages.

@@ -29,6 +29,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ferrymsg/ferry/rpc"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -173,7 +175,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	rl, err := listenTCP()
 	if err != nil {
 		return err
 	}
@@ -185,7 +187,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}()
 	defer raw.close()
 
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	gl, err := listenTCP()
 	if err != nil {
 		return err
 	}
@@ -315,9 +317,44 @@ func RawServe(c net.Conn, n *atomic.Uint64) error {
 }
 
 // Transports are the transports of the benchmarks' ferry instances: TCP
-// and Unix sockets.
+// (with the congestion control FERRY_BENCH_CC names, if any) and Unix
+// sockets.
 func Transports() *transport.Registry {
-	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix())
+	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: BenchCC()}), transport.NewUnix())
+}
+
+// BenchCC is the TCP congestion control that FERRY_BENCH_CC names for
+// every TCP socket of every contender (raw, ferry, gRPC; both processes),
+// e.g. "cubic" to compare without BBR's pacing where it is the system
+// default; empty keeps the system's.
+func BenchCC() string { return os.Getenv("FERRY_BENCH_CC") }
+
+// ccControl is a net.Dialer / net.ListenConfig Control function that sets
+// BenchCC on the socket.
+func ccControl(_, _ string, rc syscall.RawConn) error {
+	cc := BenchCC()
+	if cc == "" {
+		return nil
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// listenTCP listens on 127.0.0.1 with BenchCC.
+func listenTCP() (net.Listener, error) {
+	lc := net.ListenConfig{Control: ccControl}
+	return lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+}
+
+// dialTCP connects to addr with BenchCC.
+func dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{Control: ccControl}
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // CPUTime is the CPU time (user and system) this process has used, in
