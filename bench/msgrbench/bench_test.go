@@ -174,6 +174,7 @@ func (p *peer) start() error {
 // p.disp and returns its ready connection to the ferry server.
 func (p *peer) dial(cfg msgr.Config) (*msgr.Messenger, *msgr.Conn, error) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Transports = Transports()
 	m, err := msgr.New(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -392,7 +393,8 @@ type rawClient struct {
 }
 
 func dialRaw(addr string, size int) (*rawClient, error) {
-	c, err := net.Dial("tcp", addr)
+	d := net.Dialer{Control: ccControl}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

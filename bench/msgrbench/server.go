@@ -10,6 +10,7 @@ package msgrbench
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,7 +25,20 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
 )
+
+// BenchCC is the TCP congestion control that FERRY_BENCH_CC names for
+// every TCP socket of both processes (raw and ferry), e.g. "cubic" to
+// compare without BBR's pacing where it is the system default; empty
+// keeps the system's.
+func BenchCC() string { return os.Getenv("FERRY_BENCH_CC") }
+
+// Transports is the ferry messengers' transport registry: TCP with
+// BenchCC.
+func Transports() *transport.Registry {
+	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: BenchCC()}))
+}
 
 // Message types the echo messenger answers. TypeEcho goes through the
 // dispatch queue and the messenger's dispatch goroutine; TypeEchoFast is
@@ -75,7 +89,8 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		Logger: log,
 		// Offered; in force only with the client that sets it too
 		// (ferry-fast-nocrc).
-		NoDataCRC: true,
+		NoDataCRC:  true,
+		Transports: Transports(),
 	})
 	if err != nil {
 		return err
@@ -90,7 +105,8 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}
 	defer m.Shutdown()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{Control: ccControl}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}

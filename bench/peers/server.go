@@ -29,8 +29,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ferrymsg/ferry/rpc"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -328,22 +326,6 @@ func Transports() *transport.Registry {
 // e.g. "cubic" to compare without BBR's pacing where it is the system
 // default; empty keeps the system's.
 func BenchCC() string { return os.Getenv("FERRY_BENCH_CC") }
-
-// ccControl is a net.Dialer / net.ListenConfig Control function that sets
-// BenchCC on the socket.
-func ccControl(_, _ string, rc syscall.RawConn) error {
-	cc := BenchCC()
-	if cc == "" {
-		return nil
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-	}); err != nil {
-		return err
-	}
-	return serr
-}
 
 // listenTCP listens on 127.0.0.1 with BenchCC.
 func listenTCP() (net.Listener, error) {
