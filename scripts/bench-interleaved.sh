@@ -6,6 +6,9 @@
 # range. On a shared VM whose floor drifts by ±30% between minutes,
 # ratios taken within a round are steadier than medians taken apart.
 # With ANALYZE=FILE it only prints the medians of an earlier raw output.
+# FERRY_BENCH_CC=cubic (say) runs every contender's TCP sockets with that
+# congestion control instead of the system's (BBR's pacing throttles the
+# raw floor on loopback; see BENCHMARKS.md).
 set -eu
 ROUNDS=${ROUNDS:-5}
 out=${1:-/tmp/ferry-interleaved.txt}
