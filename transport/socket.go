@@ -100,11 +100,23 @@ func (t *TCP) Dial(ctx context.Context, a Addr) (Conn, error) {
 
 // control sets the congestion control on a socket before it connects or
 // listens (nil when none is chosen).
-func (t *TCP) control(_, _ string, rc syscall.RawConn) error {
-	if t.opts.Congestion == "" {
-		return nil
+func (t *TCP) control(network, address string, rc syscall.RawConn) error {
+	return CongestionControl(t.opts.Congestion)(network, address, rc)
+}
+
+// CongestionControl returns a function for net.Dialer.Control and
+// net.ListenConfig.Control that sets a socket's TCP congestion control to
+// name (TCPOptions.Congestion does this for the TCP transport), for
+// sockets of one's own beside ferry's, such as a raw-TCP benchmark floor.
+// An empty name changes nothing; an algorithm the kernel lacks fails with
+// ErrBadConfig, and any name fails with ErrUnsupported outside Linux.
+func CongestionControl(name string) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		if name == "" {
+			return nil
+		}
+		return setCongestion(rc, name)
 	}
-	return setCongestion(rc, t.opts.Congestion)
 }
 
 // setup applies the options to a new connection, best effort: an error

@@ -93,6 +93,20 @@ func TestTCPCongestion(t *testing.T) {
 			}
 		}
 	}
+	// CongestionControl on a socket of one's own.
+	if slices.Contains(strings.Fields(string(avail)), "reno") {
+		ln := transporttest.Listen(t, transport.NewTCP(transport.TCPOptions{}), "tcp://127.0.0.1:0")
+		d := net.Dialer{Control: transport.CongestionControl("reno")}
+		c, err := d.Dial("tcp", ln.Addr().Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := transport.Congestion(c); err != nil || got != "reno" {
+			t.Errorf("CongestionControl(reno): socket has %q (%v)", got, err)
+		}
+		c.Close()
+		ln.Close()
+	}
 	bad := transport.NewTCP(transport.TCPOptions{Congestion: "no-such-algorithm"})
 	if _, err := bad.Listen(context.Background(), transport.Addr{Scheme: "tcp", Host: "127.0.0.1:0"}); !errors.Is(err, transport.ErrBadConfig) {
 		t.Errorf("Listen with an unknown algorithm: %v, want ErrBadConfig", err)

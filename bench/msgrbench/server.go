@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
@@ -33,6 +34,12 @@ import (
 // compare without BBR's pacing where it is the system default; empty
 // keeps the system's.
 func BenchCC() string { return os.Getenv("FERRY_BENCH_CC") }
+
+// ccControl sets BenchCC on a raw socket (net.Dialer / net.ListenConfig
+// Control).
+func ccControl(network, address string, rc syscall.RawConn) error {
+	return transport.CongestionControl(BenchCC())(network, address, rc)
+}
 
 // Transports is the ferry messengers' transport registry: TCP with
 // BenchCC.

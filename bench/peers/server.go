@@ -327,6 +327,12 @@ func Transports() *transport.Registry {
 // default; empty keeps the system's.
 func BenchCC() string { return os.Getenv("FERRY_BENCH_CC") }
 
+// ccControl sets BenchCC on a raw or gRPC socket (net.Dialer /
+// net.ListenConfig Control).
+func ccControl(network, address string, rc syscall.RawConn) error {
+	return transport.CongestionControl(BenchCC())(network, address, rc)
+}
+
 // listenTCP listens on 127.0.0.1 with BenchCC.
 func listenTCP() (net.Listener, error) {
 	lc := net.ListenConfig{Control: ccControl}
