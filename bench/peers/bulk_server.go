@@ -367,9 +367,20 @@ func bulkWriteDone(cp rpc.BulkCompletion) {
 // Raw stream requests: an op byte and a u32 little-endian length. PUT:
 // the length's bytes follow and the server answers one byte once it has
 // them all. GET: the server answers with the length's bytes.
+//
+// The chunked floor (the shape of ferry's transfers, without ferry):
+// the same five bytes, then a u32 offset. Chunk GET: the server answers
+// with an 8-byte header (offset, length) and that range of its source.
+// Chunk PUT: the range follows and lands at that offset of the
+// connection's buffer, answered by one byte. Sum: the server answers
+// with the CRC32-C (u32) of the first length bytes of the connection's
+// buffer, where PUTs and chunk PUTs land.
 const (
-	rawBulkPut = 'P'
-	rawBulkGet = 'G'
+	rawBulkPut      = 'P'
+	rawBulkGet      = 'G'
+	rawBulkGetChunk = 'g'
+	rawBulkPutChunk = 'p'
+	rawBulkSum      = 's'
 )
 
 func (s *bulkServer) serveRaw() {
@@ -403,9 +414,11 @@ func (s *bulkServer) serveRaw() {
 func (s *bulkServer) rawConn(c net.Conn) error {
 	br := bufio.NewReaderSize(c, 64<<10)
 	var (
-		hdr [5]byte
-		buf []byte
-		ack = []byte{1}
+		hdr  [5]byte
+		offb [4]byte
+		chdr [8]byte
+		buf  []byte // where PUTs land
+		ack  = []byte{1}
 	)
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -418,17 +431,35 @@ func (s *bulkServer) rawConn(c net.Conn) error {
 		if n > BulkMax {
 			return fmt.Errorf("peers: raw bulk of %d bytes", n)
 		}
+		off := 0
+		if hdr[0] == rawBulkGetChunk || hdr[0] == rawBulkPutChunk {
+			if _, err := io.ReadFull(br, offb[:]); err != nil {
+				return err
+			}
+			if off = int(binary.LittleEndian.Uint32(offb[:])); off > BulkMax-n {
+				return fmt.Errorf("peers: raw chunk of %d bytes at %d", n, off)
+			}
+		}
+		if (hdr[0] == rawBulkPut || hdr[0] == rawBulkPutChunk || hdr[0] == rawBulkSum) && len(buf) < off+n {
+			buf = append(buf, make([]byte, off+n-len(buf))...)
+		}
 		var err error
 		switch hdr[0] {
-		case rawBulkPut:
-			if cap(buf) < n {
-				buf = make([]byte, n)
-			}
-			if _, err = io.ReadFull(br, buf[:n]); err == nil {
+		case rawBulkPut, rawBulkPutChunk:
+			if _, err = io.ReadFull(br, buf[off:off+n]); err == nil {
 				_, err = c.Write(ack)
 			}
 		case rawBulkGet:
 			_, err = c.Write(s.srcBuf[:n])
+		case rawBulkGetChunk:
+			binary.LittleEndian.PutUint32(chdr[:], uint32(off))
+			binary.LittleEndian.PutUint32(chdr[4:], uint32(n))
+			bufs := net.Buffers{chdr[:], s.srcBuf[off : off+n]}
+			_, err = bufs.WriteTo(c)
+		case rawBulkSum:
+			var sum [4]byte
+			binary.LittleEndian.PutUint32(sum[:], CRC32C(buf[:n]))
+			_, err = c.Write(sum[:])
 		default:
 			err = fmt.Errorf("peers: raw bulk op %q", hdr[0])
 		}

@@ -4,11 +4,13 @@ package peers
 // process and the server process (bulk_server.go), per contender:
 //
 //	BenchmarkBulkPut/size=S/impl=raw          raw TCP: SIZE bytes out, 1-byte ack back (floor)
+//	BenchmarkBulkPut/size=S/impl=raw-chunked  raw TCP in ferry's chunks: header + chunk each, window bytes unacked (protocol floor)
 //	BenchmarkBulkPut/size=S/impl=ferry        TransferWait PUT into the server's write-only buffer
 //	BenchmarkBulkPut/size=S/impl=ferry-rpc    RPC carrying the client's handle; the handler GETs it, then replies
 //	BenchmarkBulkPut/size=S/impl=grpc-unary   unary call, SIZE bytes in, empty reply
 //	BenchmarkBulkPut/size=S/impl=grpc-stream  client stream of 1 MiB messages, u64 ack at the end
 //	BenchmarkBulkGet/size=S/impl=raw          raw TCP: 5-byte request, SIZE bytes back (floor)
+//	BenchmarkBulkGet/size=S/impl=raw-chunked  raw TCP in ferry's chunks: a request each, window bytes asked ahead (protocol floor)
 //	BenchmarkBulkGet/size=S/impl=ferry        TransferWait GET from the server's read-only buffer
 //	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
 //	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
@@ -26,7 +28,9 @@ package peers
 //	cd bench/peers && go test -run '^$' -bench 'Bulk|HOL' -benchtime 2s -count 1 .
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -261,6 +265,116 @@ func (r *rawBulk) get(dst []byte) error {
 	return err
 }
 
+// rawChunked is the chunked floor's client (one connection): ferry's
+// transfer protocol without ferry. A GET asks for each chunk with its own
+// request and keeps window bytes asked ahead; a PUT sends each chunk with
+// a header and keeps window bytes unacknowledged. Chunk and window are
+// ferry's (rpc.BulkOptions, as BulkOptionsFromEnv sets them). Answers are
+// read through a 64 KiB buffer, as ferry's messenger reads (large reads
+// go straight into the target once it is drained).
+type rawChunked struct {
+	c             net.Conn
+	br            *bufio.Reader
+	chunk, window int
+	req           [9]byte
+	arr           [2][]byte
+	hdr           [8]byte
+}
+
+func dialRawChunked(addr string) (*rawChunked, error) {
+	c, err := dialTCP(context.Background(), addr)
+	if err != nil {
+		return nil, err
+	}
+	o := BulkOptionsFromEnv()
+	chunk := cmp.Or(o.ChunkSize, rpc.DefaultChunkSize)
+	window := max(cmp.Or(o.Window, rpc.DefaultBulkWindow), chunk)
+	return &rawChunked{c: c, br: bufio.NewReaderSize(c, 64<<10), chunk: chunk, window: window}, nil
+}
+
+func (r *rawChunked) request(op byte, off, n int) {
+	r.req[0] = op
+	binary.LittleEndian.PutUint32(r.req[1:], uint32(n))
+	binary.LittleEndian.PutUint32(r.req[5:], uint32(off))
+}
+
+func (r *rawChunked) get(dst []byte) error {
+	next, landed, inflight := 0, 0, 0
+	for landed < len(dst) {
+		for next < len(dst) {
+			n := min(r.chunk, len(dst)-next)
+			if inflight > 0 && inflight+n > r.window {
+				break
+			}
+			r.request(rawBulkGetChunk, next, n)
+			if _, err := r.c.Write(r.req[:]); err != nil {
+				return err
+			}
+			next, inflight = next+n, inflight+n
+		}
+		if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+			return err
+		}
+		off, n := int(binary.LittleEndian.Uint32(r.hdr[:])), int(binary.LittleEndian.Uint32(r.hdr[4:]))
+		if off != landed || n != min(r.chunk, len(dst)-landed) {
+			return fmt.Errorf("raw chunk of %d bytes at %d, want %d at %d", n, off, min(r.chunk, len(dst)-landed), landed)
+		}
+		if _, err := io.ReadFull(r.br, dst[off:off+n]); err != nil {
+			return err
+		}
+		landed, inflight = landed+n, inflight-n
+	}
+	return nil
+}
+
+func (r *rawChunked) put(src []byte) error {
+	next, acked, inflight := 0, 0, 0
+	for acked < len(src) {
+		for next < len(src) {
+			n := min(r.chunk, len(src)-next)
+			if inflight > 0 && inflight+n > r.window {
+				break
+			}
+			r.request(rawBulkPutChunk, next, n)
+			r.arr = [2][]byte{r.req[:], src[next : next+n]}
+			bufs := net.Buffers(r.arr[:])
+			if _, err := bufs.WriteTo(r.c); err != nil {
+				return err
+			}
+			next, inflight = next+n, inflight+n
+		}
+		if _, err := r.br.ReadByte(); err != nil {
+			return err
+		}
+		n := min(r.chunk, len(src)-acked)
+		acked, inflight = acked+n, inflight-n
+	}
+	return nil
+}
+
+// sum asks for the CRC32-C of the first n bytes the connection's PUTs
+// landed.
+func (r *rawChunked) sum(n int) (uint32, error) {
+	r.request(rawBulkSum, 0, n)
+	if _, err := r.c.Write(r.req[:5]); err != nil {
+		return 0, err
+	}
+	var b [4]byte
+	if _, err := io.ReadFull(r.br, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+func withRawChunked(b *testing.B, f func(r *rawChunked)) {
+	r, err := dialRawChunked(getBulk(b).info.Raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.c.Close()
+	f(r)
+}
+
 // gRPC operations. Received bytes land in c.buf (BulkCodec copies into
 // the target's backing array); sent bytes come from c.buf.
 type grpcBulk struct {
@@ -429,6 +543,9 @@ func BenchmarkBulkPut(b *testing.B) {
 			b.Run("impl=raw", func(b *testing.B) {
 				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.put(c.buf[:n]) }) })
 			})
+			b.Run("impl=raw-chunked", func(b *testing.B) {
+				withRawChunked(b, func(r *rawChunked) { benchOp(b, n, func() error { return r.put(c.buf[:n]) }) })
+			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkPut, n)) })
 			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkPut, n)) })
 			b.Run("impl=ferry-rpc", func(b *testing.B) { benchOp(b, n, c.ferryRPCWrite(n)) })
@@ -448,6 +565,9 @@ func BenchmarkBulkGet(b *testing.B) {
 			c := getBulk(b)
 			b.Run("impl=raw", func(b *testing.B) {
 				withRaw(b, func(r *rawBulk) { benchOp(b, n, func() error { return r.get(c.buf[:n]) }) })
+			})
+			b.Run("impl=raw-chunked", func(b *testing.B) {
+				withRawChunked(b, func(r *rawChunked) { benchOp(b, n, func() error { return r.get(c.buf[:n]) }) })
 			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkGet, n)) })
 			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkGet, n)) })
@@ -597,6 +717,12 @@ func TestBulkHarness(t *testing.T) {
 	}
 	defer r.c.Close()
 	r.c.SetDeadline(time.Now().Add(30 * time.Second))
+	rc, err := dialRawChunked(c.info.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.c.Close()
+	rc.c.SetDeadline(time.Now().Add(30 * time.Second))
 	if cc := BenchCC(); cc != "" {
 		if got, err := transport.Congestion(r.c); err != nil || got != cc {
 			t.Fatalf("FERRY_BENCH_CC=%s: the raw connection runs %q (%v)", cc, got, err)
@@ -608,6 +734,7 @@ func TestBulkHarness(t *testing.T) {
 	for _, n := range []int{4 << 10, 200 << 10, 3<<20 + 12345} {
 		gets := map[string]func() error{
 			"raw":         func() error { return r.get(c.buf[:n]) },
+			"raw-chunked": func() error { return rc.get(c.buf[:n]) },
 			"ferry":       c.ferryTransfer(rpc.BulkGet, n),
 			"grpc-unary":  c.grpcOps(n).getUnary,
 			"grpc-stream": c.grpcOps(n).getStream,
@@ -645,6 +772,13 @@ func TestBulkHarness(t *testing.T) {
 			if err := put(); err != nil {
 				t.Fatalf("%s PUT of %d bytes: %v", name, n, err)
 			}
+		}
+		// The chunked floor lands PUTs where the server can sum them.
+		if err := rc.put(c.buf[:n]); err != nil {
+			t.Fatalf("raw-chunked PUT of %d bytes: %v", n, err)
+		}
+		if got, err := rc.sum(n); err != nil || got != sum {
+			t.Fatalf("raw-chunked PUT of %d bytes: server sum %08x (%v), want %08x", n, got, err, sum)
 		}
 
 		// The second clients, into and from their own buffers.
