@@ -14,7 +14,8 @@
 # bench/peers knobs FERRY_BULK_CHUNK, FERRY_BULK_WINDOW, FERRY_BULK_EAGER,
 # FERRY_BULK_SEGMENT, or FERRY_BENCH_CC), or "-" for none; each ratio is
 # taken within one variant's run and reported per variant. HOL=1 also runs
-# the head-of-line benchmark (64 B RPCs behind 16 MiB transfers) and
+# the head-of-line benchmark (64 B RPCs behind 16 MiB transfers on
+# their connection and on another) and
 # prints the medians of its p50, p99 and background MB/s.
 # With ANALYZE=FILE it only prints the medians of an earlier raw output.
 # FERRY_BENCH_CC=cubic (say) runs every contender's TCP sockets with that
@@ -48,7 +49,7 @@ else
 				-test.benchtime 2s | grep '^Benchmark' | sed "s/^/round=$i$tag /" >>"$out"
 			if [ "${HOL:-0}" = 1 ]; then
 				# shellcheck disable=SC2086
-				env $envs "$tmp/peers.test" -test.run '^$' -test.bench 'HOL/bg=(none|get16MiB|put16MiB)$' \
+				env $envs "$tmp/peers.test" -test.run '^$' -test.bench 'HOL/bg=(none|get16MiB|put16MiB|get16MiB-otherconn|put16MiB-otherconn)$' \
 					-test.benchtime 1s | grep '^Benchmark' | sed "s/^/round=$i$tag /" >>"$out"
 			fi
 		done

@@ -20,6 +20,7 @@ package peers
 //	BenchmarkBulk*/size=S/impl=grpc-unary-unix gRPC unary over a Unix socket
 //	BenchmarkHOL/bg=none|get16MiB|put16MiB    64 B ferry RPCs on the connection that carries back-to-back 16 MiB transfers
 //	BenchmarkHOL/bg=get256MiB|put256MiB       the same behind single 256 MiB transfers (one after another)
+//	BenchmarkHOL/bg=get16MiB-otherconn|...    the 16 MiB transfers from a second client instance, on a connection of their own
 //
 // Every contender lands received bytes in one reused 16 MiB buffer per
 // side and sends from one; ns/op, MB/s and allocs/op are the client's,
@@ -69,7 +70,7 @@ type bulkClient struct {
 	ep    rpc.Endpoint // the server: rank 0, tag 0
 	gcc   *grpc.ClientConn
 
-	ux, nc lazySide // second clients: ferry-unix, ferry-nocrc
+	ux, nc, tc lazySide // second clients: ferry-unix, ferry-nocrc, and over TCP with CRCs (HOL's other connection)
 
 	bigOnce  sync.Once // the head-of-line benchmark's BulkBig buffers
 	bigInfo  BulkInfo
@@ -156,6 +157,12 @@ func (c *bulkClient) unix(tb testing.TB) *altSide {
 
 func (c *bulkClient) noCRC(tb testing.TB) *altSide {
 	return c.nc.get(tb, func() (*altSide, error) { return newAltSide(c.p.ferryAddr, true, "") })
+}
+
+// other is a second client over TCP with data CRCs: its transfers use a
+// connection of their own to the server.
+func (c *bulkClient) other(tb testing.TB) *altSide {
+	return c.tc.get(tb, func() (*altSide, error) { return newAltSide(c.p.ferryAddr, false, "") })
 }
 
 func (l *lazySide) get(tb testing.TB, mk func() (*altSide, error)) *altSide {
@@ -587,11 +594,13 @@ func BenchmarkBulkGet(b *testing.B) {
 // The 256 MiB variants run single transfers of BulkBig bytes (the issue's
 // case) between buffers of that size, allocated when they first run.
 func BenchmarkHOL(b *testing.B) {
-	b.Run("bg=none", func(b *testing.B) { benchHOL(b, 0, 0) })
-	b.Run("bg=get16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkMax) })
-	b.Run("bg=put16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkMax) })
-	b.Run("bg=get256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkBig) })
-	b.Run("bg=put256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkBig) })
+	b.Run("bg=none", func(b *testing.B) { benchHOL(b, 0, 0, false) })
+	b.Run("bg=get16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkMax, false) })
+	b.Run("bg=put16MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkMax, false) })
+	b.Run("bg=get256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkBig, false) })
+	b.Run("bg=put256MiB", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkBig, false) })
+	b.Run("bg=get16MiB-otherconn", func(b *testing.B) { benchHOL(b, rpc.BulkGet, BulkMax, true) })
+	b.Run("bg=put16MiB-otherconn", func(b *testing.B) { benchHOL(b, rpc.BulkPut, BulkMax, true) })
 }
 
 // bigTransfer returns an operation moving BulkBig bytes between the
@@ -618,7 +627,7 @@ func (c *bulkClient) bigTransfer(op rpc.BulkOp) (func() error, error) {
 	return func() error { return c.p.fc.TransferWait(context.Background(), d) }, nil
 }
 
-func benchHOL(b *testing.B, bg rpc.BulkOp, size int64) {
+func benchHOL(b *testing.B, bg rpc.BulkOp, size int64, otherConn bool) {
 	c := getBulk(b)
 	call := ferryCall(c.p, OpSink, 64, 0)
 	var out []byte
@@ -633,7 +642,11 @@ func benchHOL(b *testing.B, bg rpc.BulkOp, size int64) {
 		done  = make(chan error, 1)
 	)
 	if bg != 0 {
-		xfer := c.ferryTransfer(bg, int(size))
+		xfer, bgc := c.ferryTransfer(bg, int(size)), c.p.fc
+		if otherConn {
+			u := c.other(b)
+			xfer, bgc = c.altTransfer(u, bg, int(size)), u.fc
+		}
 		if size > BulkMax {
 			var err error
 			if xfer, err = c.bigTransfer(bg); err != nil {
@@ -657,7 +670,7 @@ func benchHOL(b *testing.B, bg rpc.BulkOp, size int64) {
 		}()
 		// Measure only once a transfer is under way.
 		deadline := time.Now().Add(10 * time.Second)
-		for c.p.fc.BulkStats().Active == 0 && moved.Load() == 0 {
+		for bgc.BulkStats().Active == 0 && moved.Load() == 0 {
 			if time.Now().After(deadline) {
 				b.Fatal("the background transfer did not start")
 			}
