@@ -305,14 +305,20 @@ func (r *rawChunked) request(op byte, off, n int) {
 	binary.LittleEndian.PutUint32(r.req[5:], uint32(off))
 }
 
+// room returns the size of the chunk at next of a total-byte transfer if
+// the window, with inflight bytes out, has room for it, else 0.
+func (r *rawChunked) room(next, inflight, total int) int {
+	n := min(r.chunk, total-next)
+	if n <= 0 || (inflight > 0 && inflight+n > r.window) {
+		return 0
+	}
+	return n
+}
+
 func (r *rawChunked) get(dst []byte) error {
 	next, landed, inflight := 0, 0, 0
 	for landed < len(dst) {
-		for next < len(dst) {
-			n := min(r.chunk, len(dst)-next)
-			if inflight > 0 && inflight+n > r.window {
-				break
-			}
+		for n := r.room(next, inflight, len(dst)); n > 0; n = r.room(next, inflight, len(dst)) {
 			r.request(rawBulkGetChunk, next, n)
 			if _, err := r.c.Write(r.req[:]); err != nil {
 				return err
@@ -337,11 +343,7 @@ func (r *rawChunked) get(dst []byte) error {
 func (r *rawChunked) put(src []byte) error {
 	next, acked, inflight := 0, 0, 0
 	for acked < len(src) {
-		for next < len(src) {
-			n := min(r.chunk, len(src)-next)
-			if inflight > 0 && inflight+n > r.window {
-				break
-			}
+		for n := r.room(next, inflight, len(src)); n > 0; n = r.room(next, inflight, len(src)) {
 			r.request(rawBulkPutChunk, next, n)
 			r.arr = [2][]byte{r.req[:], src[next : next+n]}
 			bufs := net.Buffers(r.arr[:])
