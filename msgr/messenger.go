@@ -236,6 +236,10 @@ func (m *Messenger) Start() error {
 	return nil
 }
 
+// Config returns the configuration the messenger runs with, defaults
+// filled in.
+func (m *Messenger) Config() Config { return m.cfg }
+
 // Shutdown closes every connection and listener, stops the goroutines and
 // waits for them. Queued messages are dropped; no reset events are
 // delivered. It is idempotent.

@@ -175,15 +175,27 @@ func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 }
 
 // Free deregisters b (crt_bulk_free): peers can no longer reach it.
-// Transfers that use it as their local side must have completed. If a
-// peer's PUT chunk is being read into the buffer at that moment, Free
-// waits for that chunk (or for its connection to fail): once Free returns
-// nothing more is written into the buffer by a peer.
+// Transfers that use it as their local side must have completed. Peers'
+// writes into b end first: Free waits for a PUT chunk being read into the
+// buffer (or for its connection to fail), stops the pulls of rendezvous
+// PUTs into it (their initiators get ErrNotFound) once their chunk in
+// progress has landed, and waits for same-host peers writing into it
+// directly to report done (or for their connections to fail). Once Free
+// returns nothing more is written into the buffer by a peer.
 func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return
 	}
 	b.in.bulks.remove(b.key)
+	// Rendezvous PUTs being pulled into b for peers stop (their
+	// initiators get ErrNotFound); the write each holds ends when its
+	// last chunk in progress has landed.
+	b.in.rts.Range(func(_, v any) bool {
+		if t := v.(*BulkTransfer); t.d.Local == b {
+			t.fail(errTargetFreed())
+		}
+		return true
+	})
 	b.wmu.Lock()
 	for b.writers > 0 {
 		if b.wdone == nil {

@@ -58,8 +58,21 @@ type directConn struct {
 
 	mu      sync.Mutex
 	gone    bool                        // the connection closed
-	leases  map[directKey]*Bulk         // holder: ranges the peer may touch
+	leases  map[directKey]directLease   // holder: ranges the peer may touch
 	waiting map[directKey]*BulkTransfer // initiator: transfers waiting for their addresses
+}
+
+// directLease is a range of b the peer may touch; a write lease holds a
+// write of b (acquireWrite) until end.
+type directLease struct {
+	b     *Bulk
+	write bool
+}
+
+func (l directLease) end() {
+	if l.write {
+		l.b.releaseWrite()
+	}
 }
 
 // directKey names a transfer on a connection: the initiator's tag and
@@ -80,7 +93,7 @@ func directStateOf(conn *msgr.Conn) *directConn {
 	if v, ok := directConns.Load(conn); ok {
 		return v.(*directConn)
 	}
-	d := &directConn{conn: conn, leases: map[directKey]*Bulk{}, waiting: map[directKey]*BulkTransfer{}}
+	d := &directConn{conn: conn, leases: map[directKey]directLease{}, waiting: map[directKey]*BulkTransfer{}}
 	if v, loaded := directConns.LoadOrStore(conn, d); loaded {
 		return v.(*directConn)
 	}
@@ -95,6 +108,9 @@ func (d *directConn) watch() {
 	directConns.Delete(d.conn)
 	d.mu.Lock()
 	d.gone = true
+	for _, l := range d.leases {
+		l.end()
+	}
 	clear(d.leases)
 	clear(d.waiting)
 	d.mu.Unlock()
@@ -189,8 +205,12 @@ func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Mes
 	case wire.BulkDirectDone:
 		if v, ok := directConns.Load(conn); ok {
 			d := v.(*directConn)
+			k := directKey{h.SrcTag, h.Xfer}
 			d.mu.Lock()
-			delete(d.leases, directKey{h.SrcTag, h.Xfer})
+			if l, ok := d.leases[k]; ok {
+				l.end()
+				delete(d.leases, k)
+			}
 			d.mu.Unlock()
 		}
 	default:
@@ -236,15 +256,26 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 		reply(CodeBusy, 0, nil) // too scattered: by messages
 		return
 	}
+	// A write lease counts as a write into b (acquireWrite), so that
+	// b.Free waits until the peer is done writing.
+	l := directLease{b: b, write: write}
+	if write && !b.acquireWrite() {
+		reply(CodeNotFound, 0, nil)
+		return
+	}
 	d := directStateOf(conn)
 	k := directKey{h.SrcTag, h.Xfer}
 	d.mu.Lock()
 	if d.gone || len(d.leases) >= directMaxLeases {
 		d.mu.Unlock()
+		l.end()
 		reply(CodeBusy, 0, nil)
 		return
 	}
-	d.leases[k] = b
+	if old, ok := d.leases[k]; ok {
+		old.end() // the peer asked again for the same transfer
+	}
+	d.leases[k] = l
 	d.mu.Unlock()
 	data := make([]byte, 0, len(segs)*wire.DirectPairLen)
 	for _, s := range segs {

@@ -38,11 +38,20 @@ type Instance struct {
 
 	malformed atomic.Uint64 // RPC messages whose header did not decode
 
+	disp *dispatcher
+	// The messenger of the transfers' own connections
+	// (BulkOptions.SeparateConn), started by the first transfer.
+	laneMu sync.Mutex
+	lane   *msgr.Messenger
+
 	bulks bulkRegistry // registered buffers by key
 	rts   sync.Map     // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
 	// putPlacing: *msgr.Conn → *Bulk whose PUT chunk that connection's
 	// reader is reading right now (at most one per connection).
 	putPlacing sync.Map
+	// getPlacing: *msgr.Conn → *BulkTransfer (a GET) whose data chunk
+	// that connection's reader is reading straight into its buffer.
+	getPlacing sync.Map
 }
 
 // New creates an instance (crt_init_opt): it starts a messenger (or
@@ -61,6 +70,7 @@ func New(opts Options) (*Instance, error) {
 	empty := []*Context{}
 	in.ctxs.Store(&empty)
 	d := &dispatcher{in: in}
+	in.disp = d
 
 	if o.Messenger != nil {
 		in.m = o.Messenger
@@ -220,7 +230,50 @@ func (in *Instance) Close() error {
 	if in.ownM {
 		in.m.Shutdown()
 	}
+	in.laneMu.Lock()
+	lane := in.lane
+	in.laneMu.Unlock()
+	if lane != nil {
+		lane.Shutdown()
+	}
 	return nil
+}
+
+// laneConn returns the transfers' own connection to uri
+// (BulkOptions.SeparateConn), starting their messenger on first use: a
+// client of its own, with the instance's transports, data CRC setting
+// and dispatcher, and lossy sessions like the instance's.
+func (in *Instance) laneConn(uri string) (*msgr.Conn, error) {
+	in.laneMu.Lock()
+	if in.lane == nil {
+		if in.closed.Load() {
+			in.laneMu.Unlock()
+			return nil, &Error{Code: CodeShutdown}
+		}
+		cfg := in.m.Config()
+		cfg.Name = msg.EntityName{Type: msg.EntityClient, Num: msg.NewID}
+		cfg.Nonce, cfg.ZeroNonce = 0, false
+		m, err := msgr.New(cfg)
+		if err == nil {
+			m.SetDefaultPolicy(msgr.LossyClient())
+			m.AddDispatcherHead(in.disp)
+			if err = m.Start(); err != nil {
+				m.Shutdown()
+			}
+		}
+		if err != nil {
+			in.laneMu.Unlock()
+			return nil, &Error{Code: CodeUnreachable, Msg: "starting the transfers' messenger", Err: err}
+		}
+		in.lane = m
+	}
+	m := in.lane
+	in.laneMu.Unlock()
+	conn, err := m.Connect(uri)
+	if err != nil {
+		return nil, &Error{Code: CodeUnreachable, Msg: "connecting to " + uri, Err: err}
+	}
+	return conn, nil
 }
 
 // now returns the monotonic time in nanoseconds since the instance
@@ -233,6 +286,15 @@ func (in *Instance) now() int64 {
 func (in *Instance) groupChanged(removed, changed []uint32) {
 	for _, c := range in.contexts() {
 		c.ranksChanged(removed, changed)
+	}
+}
+
+// dropBulk settles a bulk chunk that was read straight into a
+// registered buffer and is dropped because the instance is closing: its
+// transfer still finishes (with ErrShutdown if it had not ended).
+func (in *Instance) dropBulk(m *msg.Message) {
+	if conn, ok := m.Conn.(*msgr.Conn); ok && conn != nil && m.Header.Type == wire.TypeBulk {
+		in.settlePlaced(conn, &Error{Code: CodeShutdown})
 	}
 }
 
@@ -284,10 +346,12 @@ func (in *Instance) connFailed(conn *msgr.Conn) {
 
 func (in *Instance) dispatch(m *msg.Message) {
 	if !in.life.TryRLock() {
-		return // closing
+		in.dropBulk(m) // closing
+		return
 	}
 	defer in.life.RUnlock()
 	if in.closed.Load() {
+		in.dropBulk(m)
 		return
 	}
 	if m.Header.Type == wire.TypeBulk {

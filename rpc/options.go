@@ -123,6 +123,17 @@ type BulkOptions struct {
 	// DefaultBulkConnLimit and DefaultBulkContextLimit.
 	ConnLimit    int
 	ContextLimit int
+	// SeparateConn sends the transfers this instance starts on
+	// connections of their own, one per peer, apart from its RPCs: a
+	// small RPC then never waits behind a transfer's bytes in the
+	// kernel's socket queues (Ceph keeps heartbeats off its data
+	// connections the same way). On the 2-vCPU test VM the median wait
+	// of a 64 B RPC behind back-to-back 16 MiB transfers fell from about
+	// 680 µs to 180–200 µs (BENCHMARKS.md, section 3, session 5); the
+	// tail, set by CPU contention there, did not. It costs a second
+	// session per peer. Transfers run Via an incoming RPC keep that
+	// RPC's connection, as CaRT's do.
+	SeparateConn bool
 	// OverflowLimit bounds the bytes a context holds for overflowing
 	// inputs it has pulled, until their requests are answered; a request
 	// beyond it waits, unpulled (one request is always admitted, however

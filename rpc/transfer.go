@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -164,12 +165,6 @@ func (t *BulkTransfer) Abort() bool {
 	fin := c.failLocked(t, &Error{Code: CodeCanceled, Msg: "bulk transfer aborted"})
 	c.bmu.Unlock()
 	c.finishXfers(fin)
-	if t.d.Op == BulkPut && t.proto == Rendezvous {
-		m := bulkMsg(&wire.BulkHeader{Op: wire.BulkCancel, SrcTag: c.tag, DstTag: t.d.Remote.Tag, Xfer: t.id}, nil, msg.PrioHigh)
-		if err := t.conn.Send(m); err != nil {
-			m.Done()
-		}
-	}
 	return true
 }
 
@@ -185,10 +180,15 @@ type bulkState struct {
 	// into their buffer.
 	finishing map[uint64]*BulkTransfer
 	bclosed   bool
-	nDone     uint64
-	nFailed   uint64
-	bytes     uint64
-	nDirect   uint64 // transfers that took the direct path (direct.go)
+	// pumpDue: a transfer ended while others were parked; whoever
+	// finishes it pumps (finishXfers). cancels: rendezvous PUTs that
+	// failed, whose holders must stop pulling.
+	pumpDue bool
+	cancels []*BulkTransfer
+	nDone   uint64
+	nFailed uint64
+	bytes   uint64
+	nDirect uint64 // transfers that took the direct path (direct.go)
 }
 
 // TransferWait runs a transfer and waits for it (no progress needed). If
@@ -255,6 +255,9 @@ func (c *Context) transferConn(d *BulkDesc) (*msgr.Conn, error) {
 		}
 		return nil, &Error{Code: CodeInvalid, Msg: "the incoming RPC has no connection"}
 	}
+	if c.in.opts.Bulk.SeparateConn {
+		return c.laneConn(d)
+	}
 	if d.Remote.URI != "" {
 		if c.in.group.Has(d.Remote.Rank) {
 			return c.endpointConn(Endpoint{Rank: d.Remote.Rank, Tag: d.Remote.Tag})
@@ -269,6 +272,26 @@ func (c *Context) transferConn(d *BulkDesc) (*msgr.Conn, error) {
 		return c.endpointConn(*d.Peer)
 	}
 	return nil, &Error{Code: CodeInvalid, Msg: "no peer: set Via or Peer, or use a bound handle"}
+}
+
+// laneConn is transferConn with BulkOptions.SeparateConn: the same
+// peer, reached on the transfers' own connection.
+func (c *Context) laneConn(d *BulkDesc) (*msgr.Conn, error) {
+	uri := d.Remote.URI
+	ep := Endpoint{Rank: d.Remote.Rank, Tag: d.Remote.Tag}
+	if uri == "" || c.in.group.Has(d.Remote.Rank) {
+		if uri == "" {
+			if d.Peer == nil {
+				return nil, &Error{Code: CodeInvalid, Msg: "no peer: set Via or Peer, or use a bound handle"}
+			}
+			ep = *d.Peer
+		}
+		var err error
+		if uri, err = c.in.group.lookupURI(ep.Rank, ep.Tag); err != nil {
+			return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "the endpoint's URI is not known", Err: err}
+		}
+	}
+	return c.in.laneConn(c.in.selectURI(uri))
 }
 
 // endpointConn is connFor without URI lookups: the URI must be known.
@@ -463,6 +486,7 @@ func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
 // pumpLocked gives the shared windows to parked transfers, a chunk each
 // in turn, and returns the messages to send per transfer.
 func (c *Context) pumpLocked(sends map[*BulkTransfer][]*msg.Message) {
+	c.pumpDue = false
 	for progress := true; progress && len(c.parked) > 0; {
 		progress = false
 		for _, t := range c.parked {
@@ -506,12 +530,14 @@ func (c *Context) landedLocked(t *BulkTransfer, n int64, sends map[*BulkTransfer
 	t.acked += n
 	c.bytes += uint64(n)
 	var fin []*BulkTransfer
+	// Parked transfers take the window given back first, a chunk each in
+	// turn; then t, which parks too if the shared windows stop it.
+	c.pumpLocked(sends)
 	if t.acked >= t.d.Len {
 		fin = c.completeLocked(t, nil)
 	} else if out := c.issueLocked(t, sends[t]); len(out) > 0 {
 		sends[t] = out
 	}
-	c.pumpLocked(sends)
 	return fin
 }
 
@@ -545,6 +571,12 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 	}
 	delete(c.xfers, t.id)
 	c.releaseLocked(t, t.inflight)
+	if len(c.parked) > 0 {
+		c.pumpDue = true // the window it gave back, or its place in the queue
+	}
+	if err != nil && t.d.Op == BulkPut && t.proto == Rendezvous {
+		c.cancels = append(c.cancels, t) // the holder is pulling: stop it
+	}
 	t.state = xFinishing
 	if t.placing > 0 {
 		c.finishing[t.id] = t // the reader finishing the chunk finishes it
@@ -554,8 +586,11 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 	return []*BulkTransfer{t}
 }
 
-// finishXfers delivers the completions of finished transfers.
+// finishXfers delivers the completions of finished transfers, then does
+// what transfers that ended left to do (afterEnd). Every path that ends
+// a transfer calls it, with or without finished ones.
 func (c *Context) finishXfers(fin []*BulkTransfer) {
+	defer c.afterEnd()
 	for _, t := range fin {
 		if t.timer != nil {
 			t.timer.Stop()
@@ -575,6 +610,37 @@ func (c *Context) finishXfers(fin []*BulkTransfer) {
 		if t.cb != nil && !c.pushWork(work{bt: t}) {
 			c.runBulkCallback(t)
 		}
+	}
+}
+
+// afterEnd gives the windows of transfers that ended to parked ones, and
+// tells the holders of failed rendezvous PUTs to stop pulling (their
+// sources may be reused as soon as the failure is reported).
+func (c *Context) afterEnd() {
+	c.bmu.Lock()
+	if !c.pumpDue && len(c.cancels) == 0 {
+		c.bmu.Unlock()
+		return
+	}
+	var sends map[*BulkTransfer][]*msg.Message
+	if c.pumpDue {
+		sends = map[*BulkTransfer][]*msg.Message{}
+		c.pumpLocked(sends)
+	}
+	cancels := c.cancels
+	c.cancels = nil
+	c.bmu.Unlock()
+	for _, t := range cancels {
+		// At the RTS's priority, so that it cannot overtake the RTS in
+		// the connection's queue (the holder ignores a cancel for a pull
+		// it does not know).
+		m := bulkMsg(&wire.BulkHeader{Op: wire.BulkCancel, SrcTag: c.tag, DstTag: t.d.Remote.Tag, Xfer: t.id}, nil, msg.PrioDefault)
+		if err := t.conn.Send(m); err != nil {
+			m.Done()
+		}
+	}
+	for t, out := range sends {
+		c.sendAll(t, out)
 	}
 }
 
@@ -681,6 +747,10 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 		}
 		t.placing++
 		c.bmu.Unlock()
+		// The reader dispatches this chunk (dataArrived), unplaces it,
+		// or drops it while the instance closes; each settles it through
+		// getPlacing, which finds t even after its context has closed.
+		in.getPlacing.Store(conn, t)
 		return bufs
 	}
 	b, code := in.putTarget(&h, n)
@@ -713,41 +783,37 @@ func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
 	if mh.Type != wire.TypeBulk {
 		return
 	}
-	if b, ok := d.in.putPlacing.LoadAndDelete(conn); ok {
-		b.(*Bulk).releaseWrite()
-		return
-	}
-	d.in.unplace(conn, mh.Tid)
+	d.in.settlePlaced(conn, &Error{Code: CodeUnreachable, Msg: "bulk chunk lost with its connection"})
 }
 
-// unplace ends the placement of a chunk of transfer xfer on conn, in
-// whichever context it is.
-func (in *Instance) unplace(conn *msgr.Conn, xfer uint64) {
-	for _, c := range in.contexts() {
+// settlePlaced ends the placement of the chunk conn's reader was reading
+// straight into a registered buffer, if any, when it will not be
+// dispatched: a PUT chunk's write ends; a GET's transfer fails with err
+// (or finishes, if it had ended already).
+func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
+	if b, ok := in.putPlacing.LoadAndDelete(conn); ok {
+		b.(*Bulk).releaseWrite()
+	}
+	if v, ok := in.getPlacing.LoadAndDelete(conn); ok {
+		t := v.(*BulkTransfer)
+		c := t.c
 		c.bmu.Lock()
-		var fin []*BulkTransfer
-		for _, t := range c.placingOn(conn, xfer) {
-			t.placing--
-			if t.placing == 0 && t.state == xFinishing {
-				t.state = xFinished
-				delete(c.finishing, t.id)
-				fin = append(fin, t)
-			} else if t.state == xActive {
-				fin = append(fin, c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "bulk chunk lost with its connection"})...)
-			}
+		fin := c.unplaceLocked(t)
+		if t.state == xActive {
+			fin = append(fin, c.failLocked(t, err)...)
 		}
 		c.bmu.Unlock()
 		c.finishXfers(fin)
 	}
 }
 
-// placingOn finds the transfers (at most one) with a chunk being placed
-// for xfer on conn, including finishing ones that left the table.
-func (c *Context) placingOn(conn *msgr.Conn, xfer uint64) []*BulkTransfer {
-	if t := c.xfers[xfer]; t != nil && t.conn == conn && t.placing > 0 {
-		return []*BulkTransfer{t}
-	}
-	if t := c.finishing[xfer]; t != nil && t.conn == conn && t.placing > 0 {
+// unplaceLocked ends one chunk's placement into t's buffer; t finishes
+// if it had ended and that was its last chunk being placed.
+func (c *Context) unplaceLocked(t *BulkTransfer) []*BulkTransfer {
+	t.placing--
+	if t.placing == 0 && t.state == xFinishing {
+		t.state = xFinished
+		delete(c.finishing, t.id)
 		return []*BulkTransfer{t}
 	}
 	return nil
@@ -766,6 +832,9 @@ func (in *Instance) handleBulk(m *msg.Message) {
 	conn, _ := m.Conn.(*msgr.Conn)
 	if err != nil || conn == nil {
 		in.malformed.Add(1)
+		if conn != nil {
+			in.settlePlaced(conn, &Error{Code: CodeMalformed, Msg: "bulk chunk with a bad header"})
+		}
 		return
 	}
 	switch h.Op {
@@ -870,13 +939,23 @@ func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffe
 	in.bulkReply(conn, h, wire.BulkAck, code, nil, msg.PrioDefault)
 }
 
-// samePlace reports whether data was read straight into dst (placed).
-func samePlace(dst [][]byte, data msg.Buffers) bool {
-	return len(dst) > 0 && len(data) > 0 && len(dst[0]) > 0 && len(data[0]) > 0 && &dst[0][0] == &data[0][0]
-}
-
 func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
+	// A chunk read straight into its transfer's buffer (PlaceData) is
+	// settled first, through the connection rather than the context's
+	// table, so that it finishes a transfer whose context has closed.
+	var pt *BulkTransfer
+	if v, ok := in.getPlacing.LoadAndDelete(conn); ok {
+		pt = v.(*BulkTransfer)
+	}
 	c := in.Context(h.DstTag)
+	if pt != nil && pt.c != c {
+		pc := pt.c
+		pc.bmu.Lock()
+		pfin := pc.unplaceLocked(pt)
+		pc.bmu.Unlock()
+		pc.finishXfers(pfin)
+		pt = nil
+	}
 	if c == nil {
 		return
 	}
@@ -884,22 +963,9 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 	var fin []*BulkTransfer
 	c.bmu.Lock()
 	t := c.xfers[h.Xfer]
-	if t == nil {
-		t = c.finishing[h.Xfer]
-	}
-	placed := false
-	if t != nil && t.conn == conn && t.placing > 0 && len(data) > 0 && h.Pos < uint64(t.d.Len) {
-		var one [1][]byte
-		dst := t.d.Local.slice(one[:0], t.d.LocalOff+int64(h.Pos), 1)
-		placed = samePlace(dst, data)
-		if placed {
-			t.placing--
-			if t.placing == 0 && t.state == xFinishing {
-				t.state = xFinished
-				delete(c.finishing, t.id)
-				fin = append(fin, t)
-			}
-		}
+	placed := pt != nil && pt == t
+	if pt != nil {
+		fin = append(fin, c.unplaceLocked(pt)...)
 	}
 	switch {
 	case t == nil || t.state != xActive || t.conn != conn || t.d.Op != BulkGet:
@@ -977,24 +1043,43 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		ack(CodeBadTarget)
 		return
 	}
+	// The pull writes into b for the peer: b.Free waits for it, and stops
+	// it (it fails the pull, found in in.rts).
+	if !b.acquireWrite() {
+		ack(CodeNotFound)
+		return
+	}
 	d := BulkDesc{
 		Op: BulkGet, Remote: BulkHandle{Key: h.Key2, Len: -1, Perm: BulkRO, Tag: h.SrcTag},
 		RemoteOff: int64(h.Off2), Local: b, LocalOff: int64(h.Off), Len: int64(h.Len),
 	}
 	// Chunks of the pull are issued by the protocol rules of a GET.
 	key := rtsKey{conn, h.Xfer}
+	var started atomic.Pointer[BulkTransfer]
 	t, err := c.startOn(conn, d, nil, func(err error) {
-		in.rts.Delete(key)
+		if t := started.Load(); t != nil {
+			in.rts.CompareAndDelete(key, t)
+		}
+		b.releaseWrite()
 		ack(CodeOf(err))
 	})
 	if err != nil {
+		b.releaseWrite()
 		ack(CodeOf(err))
 		return
 	}
+	started.Store(t)
 	in.rts.Store(key, t)
 	if t.Err() != nil || isDone(t) {
-		in.rts.Delete(key)
+		in.rts.CompareAndDelete(key, t)
+	} else if b.freed.Load() {
+		t.fail(errTargetFreed()) // Free ran before the pull was in in.rts
 	}
+}
+
+// errTargetFreed fails a rendezvous PUT whose target was freed.
+func errTargetFreed() error {
+	return &Error{Code: CodeNotFound, Msg: "the PUT's target was freed"}
 }
 
 // rtsKey names a rendezvous PUT being pulled for a peer.

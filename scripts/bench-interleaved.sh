@@ -12,7 +12,7 @@
 # VARIANTS="A B ..." runs every round once per variant, one after the
 # other: a variant is a comma-separated list of environment settings (the
 # bench/peers knobs FERRY_BULK_CHUNK, FERRY_BULK_WINDOW, FERRY_BULK_EAGER,
-# FERRY_BULK_SEGMENT, or FERRY_BENCH_CC), or "-" for none; each ratio is
+# FERRY_BULK_SEGMENT, FERRY_BULK_SEPARATE, or FERRY_BENCH_CC), or "-" for none; each ratio is
 # taken within one variant's run and reported per variant. HOL=1 also runs
 # the head-of-line benchmark (64 B RPCs behind 16 MiB transfers on
 # their connection and on another) and

@@ -357,7 +357,8 @@ func CPUTime() int64 {
 
 // BulkOptionsFromEnv reads bulk sizes for experiments from the
 // environment (both processes inherit it): FERRY_BULK_CHUNK,
-// FERRY_BULK_WINDOW, FERRY_BULK_EAGER, FERRY_BULK_SEGMENT, in bytes.
+// FERRY_BULK_WINDOW, FERRY_BULK_EAGER, FERRY_BULK_SEGMENT, in bytes, and
+// FERRY_BULK_SEPARATE=1 (BulkOptions.SeparateConn).
 // Unset means the library's default.
 func BulkOptionsFromEnv() rpc.BulkOptions {
 	get := func(k string) int {
@@ -367,5 +368,6 @@ func BulkOptionsFromEnv() rpc.BulkOptions {
 	return rpc.BulkOptions{
 		ChunkSize: get("FERRY_BULK_CHUNK"), Window: get("FERRY_BULK_WINDOW"),
 		EagerLimit: get("FERRY_BULK_EAGER"), SegmentLimit: get("FERRY_BULK_SEGMENT"),
+		SeparateConn: get("FERRY_BULK_SEPARATE") != 0,
 	}
 }
