@@ -181,7 +181,10 @@ func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 // PUTs into it (their initiators get ErrNotFound) once their chunk in
 // progress has landed, and waits for same-host peers writing into it
 // directly to report done (or for their connections to fail). Once Free
-// returns nothing more is written into the buffer by a peer.
+// returns nothing more is written into the buffer by a peer. Because it
+// may wait for a peer, do not call it from an Inline handler: that runs
+// on a connection's reader, which may be what has to deliver the peer's
+// word.
 func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return

@@ -154,3 +154,26 @@ func TestBulkPutTimeoutStopsPull(t *testing.T) {
 		t.Fatalf("the holder pulled %d bytes after the PUT timed out", later-at)
 	}
 }
+
+// TestBulkCancelStaysInContext: transfer ids are per context, so a
+// failed rendezvous PUT of one context must not cancel another context's
+// PUT that has the same id on the same connection.
+func TestBulkCancelStaysInContext(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 4 << 10, Window: 8 << 10, SegmentLimit: 1 << 20}})
+	c2 := newCtx(t, p.cli, rpc.ContextOptions{Auto: true})
+	src := register(t, p.cli, [][]byte{bytes.Repeat([]byte{1}, 16<<20)}, rpc.BulkRO)
+	dst := register(t, p.srv, [][]byte{make([]byte, 16<<20)}, rpc.BulkWO)
+	done := make(chan error, 1)
+	go func() {
+		done <- c2.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkPut, Remote: dst.Handle(), Local: src, Len: 16 << 20, Peer: p.peer})
+	}()
+	waitFor(t, "the second context's pull moving", func() bool { return p.sctx.BulkStats().Bytes > 64<<10 })
+	// The first context's first transfer has id 1 too; it is refused.
+	bad := rpc.BulkHandle{Key: 12345, Len: 16 << 20, Perm: rpc.BulkWO}
+	if err := p.cctx.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkPut, Remote: bad, Local: src, Len: 16 << 20, Peer: p.peer}); !errors.Is(err, rpc.ErrNotFound) {
+		t.Fatalf("PUT into an unknown handle: %v", err)
+	}
+	if err := recv(t, done, "the other context's PUT"); err != nil {
+		t.Fatalf("a PUT failed because another context's PUT did: %v", err)
+	}
+}

@@ -102,3 +102,23 @@ func TestBulkSeparateConnFails(t *testing.T) {
 		})
 	}
 }
+
+// TestBulkSeparateConnLooksUp: a transfer to a peer context whose URI is
+// not known yet fails with ErrUnreachable and starts a lookup, so that a
+// retry goes through, as without SeparateConn.
+func TestBulkSeparateConnLooksUp(t *testing.T) {
+	for _, separate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("separate=%v", separate), func(t *testing.T) {
+			p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{SeparateConn: separate}})
+			newCtx(t, p.srv, rpc.ContextOptions{Auto: true}) // tag 1
+			r := register(t, p.srv, [][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
+			l := register(t, p.cli, [][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
+			d := rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 1 << 20, Peer: &rpc.Endpoint{Rank: 0, Tag: 1}}
+			var err error
+			waitFor(t, "a transfer to tag 1", func() bool {
+				err = p.cctx.TransferWait(context.Background(), d)
+				return err == nil
+			})
+		})
+	}
+}

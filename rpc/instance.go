@@ -293,8 +293,23 @@ func (in *Instance) groupChanged(removed, changed []uint32) {
 // registered buffer and is dropped because the instance is closing: its
 // transfer still finishes (with ErrShutdown if it had not ended).
 func (in *Instance) dropBulk(m *msg.Message) {
-	if conn, ok := m.Conn.(*msgr.Conn); ok && conn != nil && m.Header.Type == wire.TypeBulk {
-		in.settlePlaced(conn, &Error{Code: CodeShutdown})
+	conn, ok := m.Conn.(*msgr.Conn)
+	if !ok || conn == nil || m.Header.Type != wire.TypeBulk {
+		return
+	}
+	in.settlePlaced(conn, &Error{Code: CodeShutdown})
+	// A holder that granted a direct range waits for the initiator to be
+	// done with it (its Free does): say so, as directInfo does for a
+	// transfer that is gone.
+	var front []byte
+	if len(m.Front) == 1 {
+		front = m.Front[0]
+	} else {
+		front = m.Front.Bytes()
+	}
+	if h, err := wire.DecodeBulk(front); err == nil && h.Op == wire.BulkDirectInfo &&
+		h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0 {
+		directDone(conn, &h)
 	}
 }
 

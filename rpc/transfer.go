@@ -185,6 +185,7 @@ type bulkState struct {
 	// failed, whose holders must stop pulling.
 	pumpDue bool
 	cancels []*BulkTransfer
+	endDue  atomic.Bool // pumpDue or cancels set: afterEnd has work
 	nDone   uint64
 	nFailed uint64
 	bytes   uint64
@@ -288,6 +289,9 @@ func (c *Context) laneConn(d *BulkDesc) (*msgr.Conn, error) {
 		}
 		var err error
 		if uri, err = c.in.group.lookupURI(ep.Rank, ep.Tag); err != nil {
+			if errors.Is(err, errNoURI) {
+				c.startLookup(ep, 0) // as connFor does: a retry finds it
+			}
 			return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "the endpoint's URI is not known", Err: err}
 		}
 	}
@@ -573,9 +577,11 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 	c.releaseLocked(t, t.inflight)
 	if len(c.parked) > 0 {
 		c.pumpDue = true // the window it gave back, or its place in the queue
+		c.endDue.Store(true)
 	}
 	if err != nil && t.d.Op == BulkPut && t.proto == Rendezvous {
 		c.cancels = append(c.cancels, t) // the holder is pulling: stop it
+		c.endDue.Store(true)
 	}
 	t.state = xFinishing
 	if t.placing > 0 {
@@ -617,7 +623,11 @@ func (c *Context) finishXfers(fin []*BulkTransfer) {
 // tells the holders of failed rendezvous PUTs to stop pulling (their
 // sources may be reused as soon as the failure is reported).
 func (c *Context) afterEnd() {
+	if !c.endDue.Load() {
+		return // the common case: a chunk landed, nothing ended
+	}
 	c.bmu.Lock()
+	c.endDue.Store(false)
 	if !c.pumpDue && len(c.cancels) == 0 {
 		c.bmu.Unlock()
 		return
@@ -853,7 +863,7 @@ func (in *Instance) handleBulk(m *msg.Message) {
 			b.Free()
 		}
 	case wire.BulkCancel:
-		if v, ok := in.rts.Load(rtsKey{conn, h.Xfer}); ok {
+		if v, ok := in.rts.Load(rtsKey{conn, h.SrcTag, h.Xfer}); ok {
 			v.(*BulkTransfer).fail(&Error{Code: CodeCanceled, Msg: "the initiator aborted the PUT"})
 		}
 	default:
@@ -1054,7 +1064,7 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		RemoteOff: int64(h.Off2), Local: b, LocalOff: int64(h.Off), Len: int64(h.Len),
 	}
 	// Chunks of the pull are issued by the protocol rules of a GET.
-	key := rtsKey{conn, h.Xfer}
+	key := rtsKey{conn, h.SrcTag, h.Xfer}
 	var started atomic.Pointer[BulkTransfer]
 	t, err := c.startOn(conn, d, nil, func(err error) {
 		if t := started.Load(); t != nil {
@@ -1085,6 +1095,7 @@ func errTargetFreed() error {
 // rtsKey names a rendezvous PUT being pulled for a peer.
 type rtsKey struct {
 	conn *msgr.Conn
+	tag  uint16 // the initiator's context: transfer ids are per context
 	xfer uint64
 }
 
