@@ -64,49 +64,38 @@ func TestBulkParkedResumeAfterAbort(t *testing.T) {
 	}
 }
 
-// TestBulkCloseDuringPlacedChunk: closing the context while a GET chunk is
-// being read into the buffer still completes the transfer.
+// TestBulkCloseDuringPlacedChunk: closing the context, or the whole
+// instance, while a GET chunk is being read into the buffer still
+// completes the transfer (ErrShutdown).
 func TestBulkCloseDuringPlacedChunk(t *testing.T) {
-	for i := range 3 {
-		p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 4 << 20, Window: 8 << 20}})
-		r := register(t, p.srv, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
-		l := register(t, p.cli, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
-		x, err := p.cctx.Transfer(rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 256 << 20, Peer: p.peer, Timeout: time.Minute}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "moving", func() bool { return p.cctx.BulkStats().Bytes > 8<<20 })
-		p.cctx.Close()
-		select {
-		case <-x.Done():
-			if !errors.Is(x.Err(), rpc.ErrShutdown) {
-				t.Fatalf("attempt %d: %v", i, x.Err())
+	for _, tc := range []struct {
+		name  string
+		close func(p *bulkPair)
+	}{
+		{"context", func(p *bulkPair) { p.cctx.Close() }},
+		{"instance", func(p *bulkPair) { p.cli.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 3 {
+				p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 4 << 20, Window: 8 << 20}})
+				r := register(t, p.srv, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
+				l := register(t, p.cli, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
+				x, err := p.cctx.Transfer(rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 256 << 20, Peer: p.peer, Timeout: time.Minute}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "moving", func() bool { return p.cctx.BulkStats().Bytes > 8<<20 })
+				tc.close(p)
+				select {
+				case <-x.Done():
+					if !errors.Is(x.Err(), rpc.ErrShutdown) {
+						t.Fatalf("attempt %d: %v", i, x.Err())
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("attempt %d: the transfer never completed after the close", i)
+				}
 			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("attempt %d: the transfer never completed after Context.Close", i)
-		}
-	}
-}
-
-// TestBulkCloseInstanceDuringPlacedChunk: the same when the whole
-// instance closes.
-func TestBulkCloseInstanceDuringPlacedChunk(t *testing.T) {
-	p := newBulkPair(t, rpc.Options{Bulk: rpc.BulkOptions{ChunkSize: 4 << 20, Window: 8 << 20}})
-	r := register(t, p.srv, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
-	l := register(t, p.cli, [][]byte{make([]byte, 256<<20)}, rpc.BulkRW)
-	x, err := p.cctx.Transfer(rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 256 << 20, Peer: p.peer, Timeout: time.Minute}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "moving", func() bool { return p.cctx.BulkStats().Bytes > 8<<20 })
-	p.cli.Close()
-	select {
-	case <-x.Done():
-		if !errors.Is(x.Err(), rpc.ErrShutdown) {
-			t.Fatal(x.Err())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the transfer never completed after Instance.Close")
+		})
 	}
 }
 
