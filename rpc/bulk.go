@@ -381,6 +381,16 @@ func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn) *Bulk {
 	b := newBulk(in, data, BulkRO)
 	b.conn = conn
 	in.bulks.add(b)
+	if conn == nil {
+		return b // a request's input, tied to its connection later
+	}
+	select {
+	case <-conn.Done():
+		// The connection failed already: its handles may have been
+		// dropped before this one was added, so drop it here.
+		b.Free()
+	default:
+	}
 	return b
 }
 

@@ -294,7 +294,21 @@ func (in *Instance) groupChanged(removed, changed []uint32) {
 // transfer still finishes (with ErrShutdown if it had not ended).
 func (in *Instance) dropBulk(m *msg.Message) {
 	conn, ok := m.Conn.(*msgr.Conn)
-	if !ok || conn == nil || m.Header.Type != wire.TypeBulk {
+	if !ok || conn == nil {
+		return
+	}
+	if m.Header.Type == wire.TypeReply {
+		// An overflowing output nobody will pull: its holder may free it.
+		var front []byte
+		if len(m.Front) > 0 {
+			front = m.Front.Bytes()
+		}
+		if h, body, err := wire.Decode(front); err == nil {
+			in.releaseOutput(m, &h, body)
+		}
+		return
+	}
+	if m.Header.Type != wire.TypeBulk {
 		return
 	}
 	in.settlePlaced(conn, &Error{Code: CodeShutdown})
@@ -310,6 +324,24 @@ func (in *Instance) dropBulk(m *msg.Message) {
 	if h, err := wire.DecodeBulk(front); err == nil && h.Op == wire.BulkDirectInfo &&
 		h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0 {
 		directDone(conn, &h)
+	}
+}
+
+// releaseOutput tells the holder of an overflowing output (a reply with
+// FlagBulkOut) that nobody here will pull it, so that it frees the
+// handle at once rather than when the connection ends.
+func (in *Instance) releaseOutput(m *msg.Message, h *wire.Header, body []byte) {
+	conn, ok := m.Conn.(*msgr.Conn)
+	if !ok || conn == nil || h.Flags&wire.FlagBulkOut == 0 {
+		return
+	}
+	key, _, _, err := wire.DecodeOverflow(body)
+	if err != nil {
+		return
+	}
+	rm := bulkMsg(&wire.BulkHeader{Op: wire.BulkRelease, SrcTag: h.DstTag, DstTag: h.SrcTag, Key: key}, nil, msg.PrioDefault)
+	if err := conn.Send(rm); err != nil {
+		rm.Done()
 	}
 }
 
@@ -395,6 +427,7 @@ func (in *Instance) dispatch(m *msg.Message) {
 		} else if c != nil {
 			c.handleReply(m, &h, body)
 		} else {
+			in.releaseOutput(m, &h, body)
 			m.Done()
 		}
 		return

@@ -136,6 +136,17 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 		fail(CodeMalformed, "bad output overflow descriptor", err)
 		return
 	}
+	// Pull only for a request still waiting: a late reply (the request
+	// timed out or was canceled) or one for an unknown tid is released
+	// unread, so a peer cannot make this side allocate for nothing.
+	c.mu.Lock()
+	waiting := c.tr.Lookup(tid) != nil
+	c.mu.Unlock()
+	if !waiting {
+		release()
+		c.handleReply(m, h, rest) // counted as a late reply, and dropped
+		return
+	}
 	// The output lands in a pooled buffer that goes back with the reply
 	// message (Release) when the caller keeps none of its data.
 	buf, pooled := bufpool.Get(int(n))

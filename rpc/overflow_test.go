@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/rpc"
 )
 
@@ -265,4 +266,94 @@ func TestOverflowOutputKept(t *testing.T) {
 			t.Fatalf("kept output %d was overwritten", i)
 		}
 	}
+}
+
+// The overflowing outputs nobody pulls: the holder's handles go, and the
+// origin allocates nothing for them. (Found by a review in session 5;
+// each failed before its fix.)
+
+var opOvfHold = rpc.MakeOpcode(0x44, 1, 0)
+
+func holdProto(held chan *rpc.Incoming) rpc.Protocol {
+	return rpc.Protocol{Name: "ovf-hold", Base: 0x44, Version: 1, RPCs: []rpc.RPC{{Handler: hold(held)}}}
+}
+
+func bigBytes(n int) *rpc.Bytes { b := rpc.Bytes(bytes.Repeat([]byte{7}, n)); return &b }
+
+// TestOverflowOutputToClosedContext: the requester's context closed before
+// the overflowing reply came; the holder's handle is released at once.
+func TestOverflowOutputToClosedContext(t *testing.T) {
+	held := make(chan *rpc.Incoming, 1)
+	p := newBulkPair(t, rpc.Options{})
+	if err := p.srv.Register(holdProto(held)); err != nil {
+		t.Fatal(err)
+	}
+	c2 := newCtx(t, p.cli, rpc.ContextOptions{Auto: true})
+	done := make(chan error, 1)
+	go func() { done <- c2.Call(context.Background(), *p.peer, opOvfHold, nil, nil) }()
+	r := recv(t, held, "the held request")
+	c2.Close()
+	recv(t, done, "the call's end")
+	if err := r.Reply(bigBytes(1 << 20)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the output's handle released", func() bool { return p.srv.BulkHandles() == 0 })
+}
+
+// TestOverflowOutputAfterConnFailed: the connection failed before the
+// handler replied; the handle registered for the output does not outlive
+// it.
+func TestOverflowOutputAfterConnFailed(t *testing.T) {
+	held := make(chan *rpc.Incoming, 1)
+	p := newBulkPair(t, rpc.Options{})
+	if err := p.srv.Register(holdProto(held)); err != nil {
+		t.Fatal(err)
+	}
+	go p.cctx.Call(context.Background(), *p.peer, opOvfHold, nil, nil)
+	r := recv(t, held, "the held request")
+	p.cli.Close()
+	waitFor(t, "the server to see the connection fail", func() bool {
+		for _, c := range p.srv.Messenger().Conns() {
+			if c.PeerType() == msg.EntityClient {
+				return false
+			}
+		}
+		return true
+	})
+	if err := r.Reply(bigBytes(1 << 20)); err == nil {
+		t.Log("the reply was accepted for a dead connection")
+	}
+	waitFor(t, "no handle left", func() bool { return p.srv.BulkHandles() == 0 })
+}
+
+// TestOverflowLateOutputNotPulled: outputs of requests that timed out are
+// not pulled (the origin allocates nothing for them) and count as late.
+func TestOverflowLateOutputNotPulled(t *testing.T) {
+	const k = 4
+	held := make(chan *rpc.Incoming, k)
+	p := newBulkPair(t, rpc.Options{})
+	if err := p.srv.Register(holdProto(held)); err != nil {
+		t.Fatal(err)
+	}
+	for range k {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		go func() { defer cancel(); _ = p.cctx.Call(ctx, *p.peer, opOvfHold, nil, nil) }()
+	}
+	var rs []*rpc.Incoming
+	for range k {
+		rs = append(rs, recv(t, held, "a held request"))
+	}
+	waitFor(t, "the calls to time out", func() bool { return p.cctx.Stats().TimedOut == k })
+	before := p.cctx.BulkStats()
+	for _, r := range rs {
+		if err := r.Reply(bigBytes(4 << 20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the late replies", func() bool { return p.cctx.Stats().LateReplies == k })
+	after := p.cctx.BulkStats()
+	if got := after.Completed + after.Failed - before.Completed - before.Failed; got != 0 {
+		t.Fatalf("%d output pulls for requests that had timed out", got)
+	}
+	waitFor(t, "the outputs' handles released", func() bool { return p.srv.BulkHandles() == 0 })
 }
