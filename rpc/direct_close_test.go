@@ -69,3 +69,93 @@ func TestDirectLeaseEndsWhenInitiatorCloses(t *testing.T) {
 	}
 	waitLeases(t)
 }
+
+// TestDirectLeaseEndsWhenHolderCloses: the holder (a client on the
+// caller's messenger, which stays up) closes its instance while a server
+// handler's Via PUT writes into its buffer directly; the initiator's
+// BulkDirectDone still ends the write lease, so Free of the buffer
+// returns. (Found by a review in session 5; it failed before.)
+func TestDirectLeaseEndsWhenHolderCloses(t *testing.T) {
+	addr := directAddr(t, "shm")
+	srv, err := rpc.New(rpc.Options{Listen: addr, Logger: quietLogger(), Transports: directTransports()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	sc := newCtx(t, srv, rpc.ContextOptions{Auto: true})
+	src := register(t, srv, [][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
+	err = srv.Register(rpc.Protocol{Name: "direct-close", Base: 77, Version: 1, RPCs: []rpc.RPC{{Name: "read",
+		Handler: func(r *rpc.Incoming) error {
+			var h rpc.BulkHandle
+			if err := r.Decode(&h); err != nil {
+				return err
+			}
+			_, err := sc.Transfer(rpc.BulkDesc{Op: rpc.BulkPut, Remote: h, Local: src, Len: h.Len, Via: r},
+				func(c rpc.BulkCompletion) {
+					if c.Err != nil {
+						r.Fail(c.Err)
+						return
+					}
+					r.Reply(nil)
+				})
+			return err
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := msgr.New(msgr.Config{Transports: directTransports(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetDefaultPolicy(msgr.LossyClient())
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Shutdown)
+	cli, err := rpc.New(rpc.Options{Messenger: m, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Group().Add(0, srv.URI()); err != nil {
+		t.Fatal(err)
+	}
+	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	dst, err := cli.NewBulk([][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rpc.DirectAnySize()()
+	op := rpc.MakeOpcode(77, 1, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h1 := dst.Handle()
+	h1.Len = 1
+	if err := cctx.Call(ctx, rpc.Endpoint{Rank: 0, Tag: 0}, op, h1, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLeases(t)
+	calls := rpc.DirectCalls()
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	defer rpc.DirectFail(func() error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	})()
+	go cctx.Call(ctx, rpc.Endpoint{Rank: 0, Tag: 0}, op, dst.Handle(), nil)
+	recv(t, entered, "the direct write")
+	if rpc.DirectCalls() == calls || rpc.DirectLeases() == 0 {
+		t.Fatal("not on the direct path")
+	}
+	cli.Close()
+	close(release)
+	freed := make(chan struct{})
+	go func() { dst.Free(); close(freed) }()
+	select {
+	case <-freed:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("holder's Free still waiting 5 s after the write finished; leases held: %d", rpc.DirectLeases())
+	}
+}

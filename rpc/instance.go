@@ -312,18 +312,25 @@ func (in *Instance) dropBulk(m *msg.Message) {
 		return
 	}
 	in.settlePlaced(conn, &Error{Code: CodeShutdown})
-	// A holder that granted a direct range waits for the initiator to be
-	// done with it (its Free does): say so, as directInfo does for a
-	// transfer that is gone.
+	// Direct ranges end either way: a holder that granted one waits for
+	// the initiator to be done with it (its Free does), so say so, as
+	// directInfo does for a transfer that is gone; and a closing holder
+	// still ends the leases its peers report done.
 	var front []byte
 	if len(m.Front) == 1 {
 		front = m.Front[0]
 	} else {
 		front = m.Front.Bytes()
 	}
-	if h, err := wire.DecodeBulk(front); err == nil && h.Op == wire.BulkDirectInfo &&
-		h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0 {
+	h, err := wire.DecodeBulk(front)
+	switch {
+	case err != nil:
+	case h.Op == wire.BulkDirectInfo && h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0:
 		directDone(conn, &h)
+	case h.Op == wire.BulkDirectDone:
+		// A peer done with a range this instance granted: the lease
+		// (and the write of the buffer it holds) ends, so Free returns.
+		in.handleDirect(conn, &h, m)
 	}
 }
 
