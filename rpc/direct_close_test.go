@@ -12,6 +12,31 @@ import (
 	"github.com/ferrymsg/ferry/rpc"
 )
 
+// clientOnOwnMessenger starts a client instance on a messenger of the
+// caller's (Options.Messenger: closing the instance leaves it and its
+// connections up), with inject, reaching srv as rank 0, and a context.
+func clientOnOwnMessenger(t *testing.T, srv *rpc.Instance, inject msgr.Inject) (*rpc.Instance, *rpc.Context) {
+	t.Helper()
+	m, err := msgr.New(msgr.Config{Transports: directTransports(), Logger: quietLogger(), Inject: inject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetDefaultPolicy(msgr.LossyClient())
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Shutdown)
+	cli, err := rpc.New(rpc.Options{Messenger: m, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(0, srv.URI()); err != nil {
+		t.Fatal(err)
+	}
+	return cli, newCtx(t, cli, rpc.ContextOptions{Auto: true})
+}
+
 // TestDirectLeaseEndsWhenInitiatorCloses: a holder's direct write lease
 // ends even when the initiator's instance closes before the addresses
 // arrive and its messenger (the caller's) stays up, so the holder's Free
@@ -25,24 +50,8 @@ func TestDirectLeaseEndsWhenInitiatorCloses(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Close() })
 	newCtx(t, srv, rpc.ContextOptions{Auto: true})
-	m, err := msgr.New(msgr.Config{Transports: directTransports(), Logger: quietLogger(),
-		Inject: msgr.Inject{DelayTypes: []msg.EntityType{msg.EntityOSD}, DelayProbability: 1, DelayMax: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetDefaultPolicy(msgr.LossyClient())
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Shutdown)
-	cli, err := rpc.New(rpc.Options{Messenger: m, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	cli, cctx := clientOnOwnMessenger(t, srv,
+		msgr.Inject{DelayTypes: []msg.EntityType{msg.EntityOSD}, DelayProbability: 1, DelayMax: 2 * time.Second})
 	peer := &rpc.Endpoint{Rank: 0, Tag: 0}
 	dst, err := srv.NewBulk([][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
 	if err != nil {
@@ -103,23 +112,7 @@ func TestDirectLeaseEndsWhenHolderCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := msgr.New(msgr.Config{Transports: directTransports(), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SetDefaultPolicy(msgr.LossyClient())
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Shutdown)
-	cli, err := rpc.New(rpc.Options{Messenger: m, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	cli, cctx := clientOnOwnMessenger(t, srv, msgr.Inject{})
 	dst, err := cli.NewBulk([][]byte{make([]byte, 1<<20)}, rpc.BulkRW)
 	if err != nil {
 		t.Fatal(err)
@@ -135,15 +128,7 @@ func TestDirectLeaseEndsWhenHolderCloses(t *testing.T) {
 	}
 	waitLeases(t)
 	calls := rpc.DirectCalls()
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer rpc.DirectFail(func() error {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-		return nil
-	})()
+	entered, release := holdDirectCalls(t)
 	go cctx.Call(ctx, rpc.Endpoint{Rank: 0, Tag: 0}, op, dst.Handle(), nil)
 	recv(t, entered, "the direct write")
 	if rpc.DirectCalls() == calls || rpc.DirectLeases() == 0 {

@@ -289,6 +289,22 @@ func TestDirectRefusals(t *testing.T) {
 
 // Abort during a system call: the transfer completes (canceled) only
 // when the call has returned, and no later call writes into the buffer.
+// holdDirectCalls makes each direct system call wait, until release is
+// closed, before it runs; entered receives once a call has started. The
+// hook goes at the end of the test.
+func holdDirectCalls(t *testing.T) (entered chan struct{}, release chan struct{}) {
+	entered, release = make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(rpc.DirectFail(func() error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	}))
+	return entered, release
+}
+
 func TestDirectAbortWaitsForCopy(t *testing.T) {
 	const n = 16 << 20
 	p := newDirectPair(t, "shm", rpc.Options{})
@@ -302,15 +318,7 @@ func TestDirectAbortWaitsForCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst[0] = 0
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer rpc.DirectFail(func() error {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-		return nil
-	})()
+	entered, release := holdDirectCalls(t)
 	calls := rpc.DirectCalls()
 	done := make(chan error, 1)
 	x, err := p.cctx.Transfer(rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: n, Peer: p.peer},

@@ -299,11 +299,7 @@ func (in *Instance) dropBulk(m *msg.Message) {
 	}
 	if m.Header.Type == wire.TypeReply {
 		// An overflowing output nobody will pull: its holder may free it.
-		var front []byte
-		if len(m.Front) > 0 {
-			front = m.Front.Bytes()
-		}
-		if h, body, err := wire.Decode(front); err == nil {
+		if h, body, err := wire.Decode(frontOf(m)); err == nil {
 			in.releaseOutput(m, &h, body)
 		}
 		return
@@ -316,13 +312,7 @@ func (in *Instance) dropBulk(m *msg.Message) {
 	// the initiator to be done with it (its Free does), so say so, as
 	// directInfo does for a transfer that is gone; and a closing holder
 	// still ends the leases its peers report done.
-	var front []byte
-	if len(m.Front) == 1 {
-		front = m.Front[0]
-	} else {
-		front = m.Front.Bytes()
-	}
-	h, err := wire.DecodeBulk(front)
+	h, err := wire.DecodeBulk(frontOf(m))
 	switch {
 	case err != nil:
 	case h.Op == wire.BulkDirectInfo && h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0:
@@ -332,6 +322,18 @@ func (in *Instance) dropBulk(m *msg.Message) {
 		// (and the write of the buffer it holds) ends, so Free returns.
 		in.handleDirect(conn, &h, m)
 	}
+}
+
+// frontOf returns m's front segment as one slice (without copying when it
+// is one piece already).
+func frontOf(m *msg.Message) []byte {
+	switch len(m.Front) {
+	case 0:
+		return nil
+	case 1:
+		return m.Front[0]
+	}
+	return m.Front.Bytes()
 }
 
 // releaseOutput tells the holder of an overflowing output (a reply with
@@ -412,15 +414,7 @@ func (in *Instance) dispatch(m *msg.Message) {
 		in.handleBulk(m)
 		return
 	}
-	var front []byte
-	switch len(m.Front) {
-	case 0:
-	case 1:
-		front = m.Front[0]
-	default:
-		front = m.Front.Bytes()
-	}
-	h, body, err := wire.Decode(front)
+	h, body, err := wire.Decode(frontOf(m))
 	if err != nil {
 		// Without a header there is no tag to answer to: drop it.
 		in.malformed.Add(1)

@@ -832,13 +832,7 @@ func (c *Context) unplaceLocked(t *BulkTransfer) []*BulkTransfer {
 // handleBulk handles a bulk message on the connection's reader goroutine.
 func (in *Instance) handleBulk(m *msg.Message) {
 	defer m.Done()
-	var front []byte
-	if len(m.Front) == 1 {
-		front = m.Front[0]
-	} else {
-		front = m.Front.Bytes()
-	}
-	h, err := wire.DecodeBulk(front)
+	h, err := wire.DecodeBulk(frontOf(m))
 	conn, _ := m.Conn.(*msgr.Conn)
 	if err != nil || conn == nil {
 		in.malformed.Add(1)
