@@ -224,21 +224,42 @@ func (c *Context) submit(r *request) error {
 	}
 	id := c.tr.Submit(&r.entry, uint64(r.req.Endpoint.Rank), r.deadline, flags, out)
 	r.m.Header.Tid = id
-	kick := false
-	if r.deadline != 0 && (c.armed == 0 || r.deadline < c.armed) {
-		c.armed = r.deadline
-		kick = true
-	}
+	kick := c.armLocked(r.deadline)
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	if kick {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
+		c.kickTimer()
 	}
 	c.perform(out)
 	return nil
+}
+
+// armLocked makes the timer goroutine wake by deadline (unix ns; 0:
+// none) and reports whether it must be kicked to see it. Called with mu
+// held.
+func (c *Context) armLocked(deadline int64) bool {
+	if deadline != 0 && (c.armed == 0 || deadline < c.armed) {
+		c.armed = deadline
+		return true
+	}
+	return false
+}
+
+// armAt makes the timer goroutine wake by deadline (unix ns).
+func (c *Context) armAt(deadline int64) {
+	c.mu.Lock()
+	kick := c.armLocked(deadline)
+	c.mu.Unlock()
+	if kick {
+		c.kickTimer()
+	}
+}
+
+func (c *Context) kickTimer() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
 }
 
 // finishID completes request id with reason (and cause for the error) if
@@ -534,12 +555,17 @@ func (c *Context) timerLoop() {
 	}
 }
 
-// expire times out the requests whose deadline has passed and re-arms.
+// expire times out the requests whose deadline has passed, and the
+// incoming requests whose origin's deadline passed while they waited for
+// overflow budget, and re-arms.
 func (c *Context) expire() {
+	now := c.in.now()
+	ovfNext := c.expireOverflowWaiters(now)
 	out := c.getReady()
 	c.mu.Lock()
-	c.tr.Expire(c.in.now(), out)
+	c.tr.Expire(now, out)
 	c.armed, _ = c.tr.NextDeadline()
+	c.armLocked(ovfNext)
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)

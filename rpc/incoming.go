@@ -44,6 +44,7 @@ type Incoming struct {
 	ovfBytes int64 // overflow budget held for a pulled input
 	ovfKey   uint64
 	ovfLen   int64
+	ovfUntil int64   // while waiting for overflow budget: the origin's deadline in in.now() time (0: none)
 	ovfBuf   *[]byte // the pulled input's pooled buffer (bufpool), until given back
 }
 

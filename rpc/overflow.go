@@ -18,10 +18,12 @@ import (
 // its own before it runs the handler or completes the request. The
 // caller and the handler see the data segment as usual.
 
-// overflowState is a context's budget for pulled inputs.
+// overflowState is a context's budget for pulled inputs. Guarded by the
+// context's bmu.
 type overflowState struct {
-	ovfBytes int64       // bytes of pulled inputs held (guarded by bmu)
-	ovfWait  []*Incoming // requests waiting for budget, in arrival order
+	ovfBytes  int64       // bytes of pulled inputs held
+	ovfWait   []*Incoming // requests waiting for budget, in arrival order
+	ovfClosed bool        // the context is closing: admit nothing more
 }
 
 // pullInput admits r (whose input overflowed) within the context's
@@ -35,15 +37,37 @@ func (c *Context) pullInput(r *Incoming) {
 	r.body = rest
 	r.ovfKey, r.ovfLen = key, int64(n)
 	c.bmu.Lock()
-	if c.ovfBytes > 0 && c.ovfBytes+int64(n) > int64(c.in.opts.Bulk.OverflowLimit) {
-		// The receiver pulls when it has room: the request waits, small.
+	if c.ovfClosed {
+		c.bmu.Unlock()
+		r.failCode(CodeShutdown, "context closed")
+		return
+	}
+	// Admission is in arrival order: a request that would fit does not
+	// overtake one already waiting, or a large input could wait forever
+	// behind a stream of small ones.
+	if len(c.ovfWait) > 0 || !c.ovfFits(r.ovfLen) {
+		// The receiver pulls when it has room: the request waits, small,
+		// until then or until its origin's deadline.
+		r.ovfUntil = 0
+		if rem, ok := r.Remaining(); ok {
+			r.ovfUntil = max(c.in.now()+int64(rem), 1)
+		}
 		c.ovfWait = append(c.ovfWait, r)
 		c.bmu.Unlock()
+		c.armAt(r.ovfUntil)
 		return
 	}
 	c.ovfBytes += int64(n)
 	c.bmu.Unlock()
 	c.startPull(r)
+}
+
+// ovfFits reports whether an input of n bytes may be pulled now. One
+// input is always admitted when none is held, however large (up to
+// MaxPayload), so that a limit below an input's size cannot block it
+// forever. Called with bmu held.
+func (c *Context) ovfFits(n int64) bool {
+	return c.ovfBytes == 0 || c.ovfBytes+n <= int64(c.in.opts.Bulk.OverflowLimit)
 }
 
 func (c *Context) startPull(r *Incoming) {
@@ -81,9 +105,9 @@ func (c *Context) overflowDone(n int64) {
 	var admit []*Incoming
 	c.bmu.Lock()
 	c.ovfBytes -= n
-	for len(c.ovfWait) > 0 {
+	for len(c.ovfWait) > 0 && !c.ovfClosed {
 		r := c.ovfWait[0]
-		if c.ovfBytes > 0 && c.ovfBytes+r.ovfLen > int64(c.in.opts.Bulk.OverflowLimit) {
+		if !c.ovfFits(r.ovfLen) {
 			break
 		}
 		c.ovfWait[0] = nil
@@ -97,15 +121,57 @@ func (c *Context) overflowDone(n int64) {
 	}
 }
 
-// failOverflowWaiters answers the requests still waiting for budget.
+// failOverflowWaiters answers the requests still waiting for budget;
+// requests that overflow from now on are answered at once.
 func (c *Context) failOverflowWaiters() {
 	c.bmu.Lock()
 	w := c.ovfWait
 	c.ovfWait = nil
+	c.ovfClosed = true
 	c.bmu.Unlock()
 	for _, r := range w {
 		r.failCode(CodeShutdown, "context closed")
 	}
+}
+
+// expireOverflowWaiters answers the waiting requests whose origin's
+// deadline has passed at now (the origin has given up: pulling their
+// inputs would be wasted), admits the requests that then fit, and
+// returns the earliest deadline of those still waiting (0: none). Times
+// are the instance's (in.now).
+func (c *Context) expireOverflowWaiters(now int64) int64 {
+	var expired []*Incoming
+	var next int64
+	c.bmu.Lock()
+	if len(c.ovfWait) == 0 {
+		c.bmu.Unlock()
+		return 0
+	}
+	kept := c.ovfWait[:0]
+	for _, r := range c.ovfWait {
+		if d := r.ovfUntil; d != 0 {
+			if d <= now {
+				expired = append(expired, r)
+				continue
+			}
+			if next == 0 || d < next {
+				next = d
+			}
+		}
+		kept = append(kept, r)
+	}
+	clear(c.ovfWait[len(kept):])
+	c.ovfWait = kept
+	c.bmu.Unlock()
+	if len(expired) == 0 {
+		return next
+	}
+	for _, r := range expired {
+		r.failCode(CodeTimedOut, "the origin's deadline passed while the input waited for overflow budget")
+	}
+	// The head may have been what blocked the others.
+	c.overflowDone(0)
+	return next
 }
 
 // pullReply pulls an overflowing output, releases the target's handle

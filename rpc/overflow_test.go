@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -356,4 +357,90 @@ func TestOverflowLateOutputNotPulled(t *testing.T) {
 		t.Fatalf("%d output pulls for requests that had timed out", got)
 	}
 	waitFor(t, "the outputs' handles released", func() bool { return p.srv.BulkHandles() == 0 })
+}
+
+// holdBudgetPair is a pair whose server holds its requests (handed to
+// held) and pulls at most limit bytes of overflowing inputs at once.
+func holdBudgetPair(t *testing.T, limit int) (*bulkPair, chan *rpc.Incoming) {
+	t.Helper()
+	held := make(chan *rpc.Incoming, 16)
+	p := newBulkPair(t, rpc.Options{Credits: rpc.UnlimitedCredits, Bulk: rpc.BulkOptions{OverflowLimit: limit}})
+	if err := p.srv.Register(holdProto(held)); err != nil {
+		t.Fatal(err)
+	}
+	return p, held
+}
+
+// callAsync calls the held RPC with an n-byte input and reports the error.
+func callAsync(p *bulkPair, n int, timeout time.Duration) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		done <- p.cctx.Call(ctx, *p.peer, rpc.MakeOpcode(0x44, 1, 0), bigBytes(n), nil)
+	}()
+	return done
+}
+
+// An input that waits for overflow budget is not pulled once its origin
+// has given up: the target answers it at the origin's deadline, even
+// while the budget is still held, instead of pulling it later for
+// nobody.
+func TestOverflowWaiterExpires(t *testing.T) {
+	p, held := holdBudgetPair(t, 1<<20)
+	first := callAsync(p, 1<<20, time.Minute)
+	a := recv(t, held, "the first request")
+	second := callAsync(p, 512<<10, 200*time.Millisecond)
+	waitFor(t, "the second input waiting for budget", func() bool { return p.sctx.BulkStats().OverflowWaiting == 1 })
+	if err := recv(t, second, "the second request's end"); !errors.Is(err, rpc.ErrTimedOut) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second request: %v, want a timeout", err)
+	}
+	// The target answers it by itself, while the first still holds
+	// the whole budget.
+	waitFor(t, "the waiting request answered", func() bool {
+		return p.sctx.BulkStats().OverflowWaiting == 0 && p.sctx.Stats().Errors == 1
+	})
+	if got := p.sctx.BulkStats().OverflowHeld; got != 1<<20 {
+		t.Fatalf("%d bytes held, want %d", got, 1<<20)
+	}
+	a.Reply(nil)
+	if err := recv(t, first, "the first request's end"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "budget returned", func() bool { return p.sctx.BulkStats().OverflowHeld == 0 })
+	if st := p.sctx.BulkStats(); st.Completed != 1 || st.Failed != 0 {
+		t.Fatalf("target's pulls: %+v, want only the first", st)
+	}
+}
+
+// Inputs are admitted to the overflow budget in arrival order: a small
+// input that would fit does not overtake a large one that waits, or a
+// stream of small inputs could hold a large one back for ever.
+func TestOverflowBudgetInOrder(t *testing.T) {
+	p, held := holdBudgetPair(t, 1<<20)
+	first := callAsync(p, 768<<10, time.Minute)
+	a := recv(t, held, "the first request")
+	large := callAsync(p, 768<<10, time.Minute)
+	waitFor(t, "the large input waiting", func() bool { return p.sctx.BulkStats().OverflowWaiting == 1 })
+	small := callAsync(p, 128<<10, time.Minute)
+	waitFor(t, "the small input behind it", func() bool {
+		return p.sctx.BulkStats().OverflowWaiting == 2 || len(held) > 0
+	})
+	if len(held) > 0 {
+		r := <-held
+		t.Fatalf("a %d-byte input overtook the waiting 768 KiB one", r.Data().Len())
+	}
+	a.Reply(nil)
+	// Both now fit (768 + 128 KiB within 1 MiB); the large one first.
+	b := recv(t, held, "the large request")
+	if n := b.Data().Len(); n != 768<<10 {
+		t.Fatalf("admitted first: %d bytes, want %d", n, 768<<10)
+	}
+	b.Reply(nil)
+	recv(t, held, "the small request").Reply(nil)
+	for _, ch := range []<-chan error{first, large, small} {
+		if err := recv(t, ch, "a request's end"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

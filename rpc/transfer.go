@@ -697,13 +697,17 @@ type BulkStats struct {
 	InFlight  int64  // bytes requested or sent and not yet landed
 	Parked    int    // transfers waiting for a shared window
 	Direct    uint64 // transfers that succeeded by the direct path (process_vm_readv/writev)
+	// Target side of the overflow path (BulkOptions.OverflowLimit).
+	OverflowHeld    int64 // bytes of pulled inputs held for requests not yet answered
+	OverflowWaiting int   // requests whose inputs wait for overflow budget
 }
 
 // BulkStats returns the context's transfer counters.
 func (c *Context) BulkStats() BulkStats {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
-	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect}
+	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect,
+		OverflowHeld: c.ovfBytes, OverflowWaiting: len(c.ovfWait)}
 }
 
 // ---- receiving side: the dispatcher's part ----
