@@ -121,6 +121,7 @@ var directHooks struct {
 	anySize atomic.Bool                  // every non-empty transfer may go direct, not only those above the eager limit
 	fail    atomic.Pointer[func() error] // an error the system call returns instead of running
 	calls   atomic.Int64                 // system calls made (or failed by fail)
+	mute    atomic.Bool                  // holders do not answer BulkDirectReq
 }
 
 // errNoPeerProcess: the connection has no socket up, so the peer's
@@ -173,6 +174,14 @@ func (c *Context) startDirect(t *BulkTransfer) {
 		t.fail(&Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})
 		return
 	}
+	select {
+	case <-t.done:
+		// It ended (aborted, timed out) before it was registered:
+		// forgetDirect may have run already.
+		forgetDirect(t)
+		return
+	default:
+	}
 	h := wire.BulkHeader{Op: wire.BulkDirectReq, SrcTag: c.tag, DstTag: t.d.Remote.Tag, Xfer: t.id,
 		Key: t.d.Remote.Key, Off: uint64(t.d.RemoteOff), Len: uint64(t.d.Len)}
 	if t.d.Op == BulkPut {
@@ -186,6 +195,24 @@ func (c *Context) startDirect(t *BulkTransfer) {
 		d.mu.Unlock()
 		t.fail(&Error{Code: CodeUnreachable, Msg: "sending a direct bulk request", Err: err})
 	}
+}
+
+// forgetDirect drops t's wait for the holder's addresses when t ended
+// before they came (aborted, timed out), so that a holder that never
+// answers does not pin t and its buffers until the connection ends. An
+// answer that comes later finds nothing and is released (directInfo).
+func forgetDirect(t *BulkTransfer) {
+	v, ok := directConns.Load(t.conn)
+	if !ok {
+		return
+	}
+	d := v.(*directConn)
+	k := directKey{t.c.tag, t.id}
+	d.mu.Lock()
+	if d.waiting[k] == t {
+		delete(d.waiting, k)
+	}
+	d.mu.Unlock()
 }
 
 // handleDirect handles the bulk operations of the direct path.
@@ -232,6 +259,9 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 		if err := conn.Send(m); err != nil {
 			m.Done()
 		}
+	}
+	if directHooks.mute.Load() {
+		return
 	}
 	if _, ok := conn.PeerProcess(); !ok || !directAvailable {
 		// Not a peer on this host: its addresses are of no use to it.

@@ -3,7 +3,9 @@
 package rpc_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -143,4 +145,35 @@ func TestDirectLeaseEndsWhenHolderCloses(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("holder's Free still waiting 5 s after the write finished; leases held: %d", rpc.DirectLeases())
 	}
+}
+
+// A transfer that ends (aborted, timed out) while it waits for a holder
+// that never answers with its addresses leaves nothing behind: the wait
+// does not pin the transfer and its buffers until the connection ends.
+func TestDirectWaitEndsWithTransfer(t *testing.T) {
+	p := newDirectPair(t, "unix", rpc.Options{})
+	src := bytes.Repeat([]byte{0x5A}, 1<<20)
+	r := register(t, p.srv, [][]byte{src}, rpc.BulkRO)
+	dst := make([]byte, 1<<20)
+	l := register(t, p.cli, [][]byte{dst}, rpc.BulkRW)
+	// Connect first: a transfer on a connection still being set up
+	// goes by messages.
+	if err := p.cctx.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 1, Peer: p.peer}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rpc.DirectMute())
+	d := rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 1 << 20, Peer: p.peer}
+	x, err := p.cctx.Transfer(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the transfer waiting for addresses", func() bool { return rpc.DirectWaiting() == 1 })
+	x.Abort()
+	<-x.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.cctx.TransferWait(ctx, d); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("transfer to a mute holder: %v, want the context's deadline", err)
+	}
+	waitFor(t, "no transfer waiting for addresses", func() bool { return rpc.DirectWaiting() == 0 })
 }

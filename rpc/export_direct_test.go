@@ -33,3 +33,24 @@ func DirectLeases() int {
 	})
 	return n
 }
+
+// DirectMute makes holders ignore requests for direct access (a holder
+// that never answers), until the returned function runs.
+func DirectMute() (undo func()) {
+	directHooks.mute.Store(true)
+	return func() { directHooks.mute.Store(false) }
+}
+
+// DirectWaiting returns the number of transfers this process's contexts
+// have waiting for a holder's addresses, over all connections.
+func DirectWaiting() int {
+	n := 0
+	directConns.Range(func(_, v any) bool {
+		d := v.(*directConn)
+		d.mu.Lock()
+		n += len(d.waiting)
+		d.mu.Unlock()
+		return true
+	})
+	return n
+}

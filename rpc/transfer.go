@@ -125,6 +125,8 @@ type BulkTransfer struct {
 	onDone func(error)
 	// tempReg: Local was registered for this transfer only.
 	tempReg bool
+	// direct: the transfer asked for the peer's addresses (startDirect).
+	direct bool
 
 	// Guarded by the context's bmu.
 	state    uint8
@@ -367,6 +369,7 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 		fin = c.completeLocked(t, nil)
 	case c.directOK(t):
 		direct = true
+		t.direct = true
 	case d.Op == BulkPut && t.proto == Rendezvous:
 		// Ask the holder of Remote to pull from Local.
 		out = append(out, bulkMsg(&wire.BulkHeader{
@@ -610,6 +613,9 @@ func (c *Context) finishXfers(fin []*BulkTransfer) {
 			}
 		}
 		close(t.done)
+		if t.direct {
+			forgetDirect(t) // after done: startDirect checks it
+		}
 		if t.onDone != nil {
 			t.onDone(t.err)
 		}
