@@ -299,6 +299,26 @@ func (c *Conn) SendKeepalive() {
 // messages, without delivering a reset event (Ceph's mark_down).
 func (c *Conn) MarkDown() { c.close(ErrMarkedDown, false) }
 
+// Fault closes the connection now because its peer broke the protocol of
+// a layer above the messenger: a message that does not decode, or that
+// answers nothing that was asked on this connection. The session and
+// the queued messages are dropped as by MarkDown, but the dispatchers'
+// reset event is delivered (if the connection had been open), so that
+// the layers above fail what was outstanding on it. Err then reports an
+// error that matches ErrPeerFault and wraps reason. The messenger's other
+// connections are not affected. The first reason is kept; later calls do
+// nothing.
+func (c *Conn) Fault(reason error) {
+	if reason == nil {
+		reason = errors.New("unspecified")
+	}
+	if c.State() != stateClosed.String() {
+		c.m.log.Warn("msgr: closing the connection of a peer that broke the protocol",
+			"conn", c.id, "peer", c.PeerName().String(), "reason", reason.Error())
+	}
+	c.close(&faultError{reason}, true)
+}
+
 func (c *Conn) poke() {
 	select {
 	case c.wake <- struct{}{}:

@@ -28,4 +28,15 @@ var (
 	ErrWait = errors.New("msgr: peer asked to wait")
 	// ErrTooLarge: a message exceeds the configured limits.
 	ErrTooLarge = errors.New("msgr: message too large")
+	// ErrPeerFault: a layer above the messenger closed the connection
+	// because the peer broke that layer's protocol (Conn.Fault).
+	ErrPeerFault = errors.New("msgr: peer broke the protocol")
 )
+
+// faultError is the reason of a connection closed by Conn.Fault: it
+// matches ErrPeerFault and wraps the layer's own reason.
+type faultError struct{ reason error }
+
+func (e *faultError) Error() string        { return ErrPeerFault.Error() + ": " + e.reason.Error() }
+func (e *faultError) Is(target error) bool { return target == ErrPeerFault }
+func (e *faultError) Unwrap() error        { return e.reason }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -368,4 +369,41 @@ func TestPolicyPresets(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got, want)
 		}
 	}
+}
+
+// Fault closes one connection with the upper layer's reason: sends fail
+// with an error matching both ErrPeerFault and the reason, the
+// dispatchers hear of the reset (so that the layer above can fail what
+// it had on the connection), and a new connection to the peer works.
+func TestFault(t *testing.T) {
+	reg := transport.NewRegistry(inproc.NewNetwork())
+	s := startEcho(t, reg, "inproc://fault")
+	defer s.Shutdown()
+	c, col := newClient(t, reg, msgr.Config{})
+	conn, _ := c.Connect("inproc://fault")
+	_ = conn.Send(msg.New(testType))
+	recv(t, col.ch)
+	reason := errors.New("a reply to nothing asked")
+	conn.Fault(reason)
+	conn.Fault(errors.New("a second reason")) // ignored
+	if err := conn.Send(msg.New(testType)); !errors.Is(err, msgr.ErrPeerFault) || !errors.Is(err, reason) {
+		t.Fatalf("send after Fault: %v", err)
+	}
+	if err := conn.Err(); !errors.Is(err, reason) || !strings.Contains(err.Error(), reason.Error()) {
+		t.Fatalf("Err after Fault: %v", err)
+	}
+	select {
+	case r := <-col.reset:
+		if r != conn {
+			t.Fatal("reset for another connection")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reset event after Fault")
+	}
+	conn2, _ := c.Connect("inproc://fault")
+	if conn2 == conn {
+		t.Fatal("Connect returned the faulted connection")
+	}
+	_ = conn2.Send(msg.New(testType))
+	recv(t, col.ch)
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	mrand "math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -85,25 +86,47 @@ type bulkOrigin struct {
 }
 
 // bulkRegistry maps keys to the instance's registered buffers.
+//
+// A key is the only credential a peer needs to read or write a buffer
+// (as in CaRT, a handle passed on to a third party works for it), so keys
+// are drawn from a cryptographically seeded generator: a peer that knows
+// some keys cannot guess the others, and a restarted instance's keys
+// differ from its predecessor's.
 type bulkRegistry struct {
-	mu   sync.RWMutex
-	m    map[uint64]*Bulk
-	base uint64 // random high bits, so a restarted peer's keys differ
-	next atomic.Uint64
+	mu  sync.RWMutex
+	m   map[uint64]*Bulk
+	rng *mrand.ChaCha8 // guarded by mu
 }
 
 func (r *bulkRegistry) init() {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	r.base = binary.LittleEndian.Uint64(b[:]) &^ (1<<40 - 1)
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	r.rng = mrand.NewChaCha8(seed)
 	r.m = map[uint64]*Bulk{}
 }
 
 func (r *bulkRegistry) add(b *Bulk) {
-	b.key = r.base | (r.next.Add(1) & (1<<40 - 1))
 	r.mu.Lock()
+	for {
+		k := r.rng.Uint64()
+		if _, taken := r.m[k]; !taken && k != 0 {
+			b.key = k
+			break
+		}
+	}
 	r.m[b.key] = b
 	r.mu.Unlock()
+}
+
+// peerBulk returns the handle with key that the peer on conn may access,
+// or nil: a handle registered for one connection's peer (an overflowing
+// output) is not found by the others.
+func (in *Instance) peerBulk(conn *msgr.Conn, key uint64) *Bulk {
+	b := in.bulks.get(key)
+	if b == nil || (b.conn != nil && b.conn != conn) {
+		return nil
+	}
+	return b
 }
 
 func (r *bulkRegistry) get(key uint64) *Bulk {

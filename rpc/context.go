@@ -189,6 +189,15 @@ func (c *Context) complete(r *request) {
 		r.ovf.Free()
 		r.ovf = nil
 	}
+	c.mu.Lock()
+	pull := r.outPull
+	r.outPull, r.outPulling = nil, false
+	c.mu.Unlock()
+	if pull != nil {
+		// Its output is no longer wanted (the request timed out or was
+		// aborted), or the pull is what completed it (Abort does nothing).
+		pull.Abort()
+	}
 	switch r.mode {
 	case modeCall:
 		r.done <- struct{}{}
@@ -501,6 +510,14 @@ func (c *Context) ranksChanged(removed, changed []uint32) {
 func (c *Context) handleReply(m *msg.Message, h *wire.Header, body []byte) {
 	out := c.getReady()
 	c.mu.Lock()
+	if what := c.foreignReplyLocked(m, false); what != "" {
+		c.mu.Unlock()
+		c.readyPool.Put(out)
+		conn, _ := m.Conn.(*msgr.Conn)
+		c.in.fault(conn, what)
+		m.Done()
+		return
+	}
 	e := c.tr.Reply(m.Header.Tid, out)
 	if e != nil {
 		r := e.V
@@ -512,6 +529,26 @@ func (c *Context) handleReply(m *msg.Message, h *wire.Header, body []byte) {
 		m.Done() // a late reply: nobody will look at it
 	}
 	c.perform(out)
+}
+
+// foreignReplyLocked says what is wrong with reply m if it answers a
+// request this context has in flight but did not send on m's connection
+// (a peer guessing ids to complete other peers' requests), or, with
+// pulling, if a pull of that request's output has started already (a
+// second reply). Replies for ids not in flight are late, not foreign:
+// "" then, as for a good reply. Called with mu held.
+func (c *Context) foreignReplyLocked(m *msg.Message, pulling bool) string {
+	e := c.tr.Lookup(m.Header.Tid)
+	if e == nil || e.State() != track.Sent {
+		return ""
+	}
+	conn, _ := m.Conn.(*msgr.Conn)
+	if r := e.V; r.conn.Load() != conn {
+		return fmt.Sprintf("a reply (tid %#x) to a request sent on another connection", m.Header.Tid)
+	} else if pulling && r.outPulling {
+		return fmt.Sprintf("a second reply (tid %#x) while the first one's output is pulled", m.Header.Tid)
+	}
+	return ""
 }
 
 // timerLoop expires requests at their deadlines. It sleeps until the

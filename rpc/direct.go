@@ -31,6 +31,7 @@ package rpc
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -241,7 +242,7 @@ func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Mes
 			d.mu.Unlock()
 		}
 	default:
-		in.malformed.Add(1)
+		in.fault(conn, fmt.Sprintf("unknown direct bulk operation %d", h.Op))
 	}
 }
 
@@ -269,7 +270,7 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 		return
 	}
 	write := h.Flags&wire.BulkFlagDirectWrite != 0
-	b := in.bulks.get(h.Key)
+	b := in.peerBulk(conn, h.Key)
 	switch {
 	case b == nil || b.freed.Load():
 		reply(CodeNotFound, 0, nil)

@@ -400,6 +400,18 @@ func (in *Instance) connFailed(conn *msgr.Conn) {
 	in.bulks.dropConn(conn)
 }
 
+// fault closes conn because its peer broke the RPC protocol (what says
+// how), after counting it in MalformedMessages. What the instance had
+// outstanding on conn fails as on any connection failure; the peer's
+// other connections and every other session go on.
+func (in *Instance) fault(conn *msgr.Conn, what string) {
+	in.malformed.Add(1)
+	if conn == nil {
+		return
+	}
+	conn.Fault(fmt.Errorf("%w: %s", ErrMalformed, what))
+}
+
 func (in *Instance) dispatch(m *msg.Message) {
 	if !in.life.TryRLock() {
 		in.dropBulk(m) // closing
@@ -416,9 +428,10 @@ func (in *Instance) dispatch(m *msg.Message) {
 	}
 	h, body, err := wire.Decode(frontOf(m))
 	if err != nil {
-		// Without a header there is no tag to answer to: drop it.
-		in.malformed.Add(1)
-		in.log.Debug("dropping RPC message with a bad header", "type", m.Header.Type, "tid", m.Header.Tid, "from", m.Header.Src.String(), "err", err)
+		// Without a header there is no tag to answer to: drop it, and
+		// the connection that sent it.
+		conn, _ := m.Conn.(*msgr.Conn)
+		in.fault(conn, "RPC message with a bad header: "+err.Error())
 		m.Done()
 		return
 	}

@@ -206,9 +206,20 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 	// timed out or was canceled) or one for an unknown tid is released
 	// unread, so a peer cannot make this side allocate for nothing.
 	c.mu.Lock()
-	waiting := c.tr.Lookup(tid) != nil
+	if what := c.foreignReplyLocked(m, true); what != "" {
+		c.mu.Unlock()
+		release()
+		c.in.fault(conn, what)
+		m.Done()
+		return
+	}
+	var r *request
+	if e := c.tr.Lookup(tid); e != nil && e.State() == track.Sent {
+		r = e.V
+		r.outPulling = true
+	}
 	c.mu.Unlock()
-	if !waiting {
+	if r == nil {
 		release()
 		c.handleReply(m, h, rest) // counted as a late reply, and dropped
 		return
@@ -220,7 +231,7 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 		Op: BulkGet, Remote: BulkHandle{Key: key, Len: int64(n), Perm: BulkRO, Tag: h.SrcTag},
 		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: int64(n),
 	}
-	if _, err := c.startOn(conn, d, nil, func(err error) {
+	t, err := c.startOn(conn, d, nil, func(err error) {
 		release()
 		if err != nil {
 			bufpool.Put(pooled) // the transfer is over: nothing writes into buf any more
@@ -238,9 +249,23 @@ func (c *Context) pullReply(m *msg.Message, hp *wire.Header, body []byte) {
 			}
 		}
 		c.handleReply(m, h, rest)
-	}); err != nil {
+	})
+	if err != nil {
 		release()
 		bufpool.Put(pooled)
 		fail(CodeOf(err), "pulling the output", err)
+		return
+	}
+	// The pull ends with its request: if the request completed in the
+	// meantime (timed out, aborted), end it now.
+	c.mu.Lock()
+	e := c.tr.Lookup(tid)
+	live := e != nil && e.V == r && r.outPulling
+	if live {
+		r.outPull = t
+	}
+	c.mu.Unlock()
+	if !live {
+		t.Abort()
 	}
 }

@@ -111,6 +111,12 @@ type request struct {
 	replyBody []byte
 
 	ovf *Bulk // the input's overflow handle, freed at completion
+
+	// The pull of an overflowing output (guarded by the context's mu):
+	// outPulling from its reply on, outPull once started. The pull ends
+	// with the request (complete aborts it).
+	outPulling bool
+	outPull    *BulkTransfer
 }
 
 var requestPool sync.Pool

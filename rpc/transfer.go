@@ -773,7 +773,7 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 		in.getPlacing.Store(conn, t)
 		return bufs
 	}
-	b, code := in.putTarget(&h, n)
+	b, code := in.putTarget(conn, &h, n)
 	if code != CodeOK || !b.acquireWrite() {
 		return nil
 	}
@@ -785,8 +785,8 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 
 // putTarget returns the registered buffer a PUT chunk is for, or the
 // code to refuse it with.
-func (in *Instance) putTarget(h *wire.BulkHeader, n int) (*Bulk, Code) {
-	b := in.bulks.get(h.Key)
+func (in *Instance) putTarget(conn *msgr.Conn, h *wire.BulkHeader, n int) (*Bulk, Code) {
+	b := in.peerBulk(conn, h.Key)
 	switch {
 	case b == nil || b.freed.Load():
 		return nil, CodeNotFound
@@ -845,10 +845,10 @@ func (in *Instance) handleBulk(m *msg.Message) {
 	h, err := wire.DecodeBulk(frontOf(m))
 	conn, _ := m.Conn.(*msgr.Conn)
 	if err != nil || conn == nil {
-		in.malformed.Add(1)
 		if conn != nil {
 			in.settlePlaced(conn, &Error{Code: CodeMalformed, Msg: "bulk chunk with a bad header"})
 		}
+		in.fault(conn, fmt.Sprintf("bulk message with a bad header: %v", err))
 		return
 	}
 	switch h.Op {
@@ -905,7 +905,7 @@ func (in *Instance) bulkData(conn *msgr.Conn, req *wire.BulkHeader, op uint8, da
 }
 
 func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
-	b := in.bulks.get(h.Key)
+	b := in.peerBulk(conn, h.Key)
 	var code Code
 	switch {
 	case b == nil || b.freed.Load():
@@ -941,7 +941,7 @@ func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffe
 		in.bulkReply(conn, h, wire.BulkAck, CodeOK, nil, msg.PrioDefault)
 		return
 	}
-	b, code := in.putTarget(h, data.Len())
+	b, code := in.putTarget(conn, h, data.Len())
 	if code == CodeOK {
 		if b.acquireWrite() {
 			b.copyIn(int64(h.Off), data)
@@ -1040,7 +1040,7 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 			m.Done()
 		}
 	}
-	b := in.bulks.get(h.Key)
+	b := in.peerBulk(conn, h.Key)
 	switch {
 	case b == nil || b.freed.Load():
 		ack(CodeNotFound)

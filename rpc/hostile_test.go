@@ -1,0 +1,150 @@
+package rpc_test
+
+// Peers that break the protocol on purpose: what they send is refused,
+// their connection is closed with the reason, and other peers' requests,
+// transfers and buffers are not affected.
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/rpc/internal/wire"
+)
+
+// Server V (rank 0) calls server S (rank 1), which holds the request. A
+// third party E, merely connected to V, sends V a reply with the id of
+// V's request. Replies are taken only from the connection the request
+// went on: E's connection is closed, and V's request completes with S's
+// answer.
+func TestHostileReplyFromOtherConnection(t *testing.T) {
+	n := newNet()
+	hS := newHolder()
+	S := n.server(t, 1, 1, rpc.Options{}, testProto(hS))
+	V := n.server(t, 0, 1, rpc.Options{}, testProto(nil))
+	if err := V.Group().Add(1, S.URI()); err != nil {
+		t.Fatal(err)
+	}
+	c := V.Context(0)
+	done := make(chan rpc.Completion, 1)
+	out := new(pair)
+	hd, err := c.Send(rpc.Request{Endpoint: rpc.Endpoint{Rank: 1}, Opcode: op(opHold), In: &pair{1, 2}, Out: out, Timeout: 10 * time.Second},
+		func(cp rpc.Completion) { done <- cp })
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := recv(t, hS.held, "the request at S") // in flight, unanswered
+	E := newRawPeer(t, n, "")
+	conn, err := E.m.Connect(V.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := (&pair{666, 666}).mustAppend()
+	rh := wire.Header{Opcode: uint32(op(opHold)), SrcRank: 1, DstTag: 0}
+	if err := conn.Send(rpcMsg(wire.TypeReply, hd.ID(), rh, body, nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection that sent a forged reply is still up")
+	}
+	if st := c.Stats(); st.Replied != 0 || st.InFlight != 1 {
+		cp := recv(t, done, "the completion")
+		t.Fatalf("V's request to rank 1 completed by a reply from another connection: err=%v out=%+v (stats %+v)", cp.Err, *out, st)
+	}
+	if err := held.Reply(&pair{3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if cp := recv(t, done, "the completion"); cp.Err != nil || *out != (pair{3, 4}) {
+		t.Fatalf("V's request: %v %+v, want S's answer", cp.Err, *out)
+	}
+}
+
+func (p *pair) mustAppend() []byte {
+	b, _ := p.AppendBinary(nil)
+	return b
+}
+
+// overflowReply sends the server an echo request with data from raw peer
+// p and returns the connection and the key of the reply's overflowing
+// output.
+func overflowReply(t *testing.T, p *rawPeer, srv *rpc.Instance, data []byte) (*msgr.Conn, uint64) {
+	t.Helper()
+	conn, err := p.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wire.Header{Opcode: uint32(opOvfEcho), Flags: wire.FlagHasData}
+	if err := conn.Send(rpcMsg(wire.TypeRequest, 1, h, nil, data)); err != nil {
+		t.Fatal(err)
+	}
+	m := p.next(t, wire.TypeReply, "the overflowing reply")
+	rh, body, err := wire.Decode(rawFront(m))
+	if err != nil || rh.Flags&wire.FlagBulkOut == 0 || rh.RC != 0 {
+		t.Fatalf("reply %+v %v", rh, err)
+	}
+	key, ln, _, err := wire.DecodeOverflow(body)
+	if err != nil || int(ln) != len(data) {
+		t.Fatalf("descriptor %d %v", ln, err)
+	}
+	return conn, key
+}
+
+// An overflowing output is for the peer it answers: another peer that
+// has its key (leaked, or guessed) cannot read it. Keys are not
+// consecutive, so one peer's key does not give away the next.
+func TestHostileGetOtherConnOverflowHandle(t *testing.T) {
+	n := newNet()
+	srv := n.server(t, 0, 1, rpc.Options{}, echoProto())
+	const size = 20 << 10 // above the 16 KiB eager limit: the output overflows
+	secret := bytes.Repeat([]byte("A's secret "), size/11+1)[:size]
+	A := newRawPeer(t, n, "")
+	_, keyA := overflowReply(t, A, srv, secret)
+	B := newRawPeer(t, n, "")
+	connB, keyB := overflowReply(t, B, srv, make([]byte, size))
+	if d := keyB - keyA; d < 1<<16 || -d < 1<<16 {
+		t.Errorf("keys %#x and %#x are %d apart: guessable", keyA, keyB, int64(d))
+	}
+	if err := connB.Send(rawBulk(wire.BulkHeader{Op: wire.BulkGetReq, Xfer: 9, Key: keyA, Len: size}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	m := B.next(t, wire.TypeBulk, "the answer to B's GET")
+	bh, err := wire.DecodeBulk(rawFront(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rpc.Code(bh.RC) != rpc.CodeNotFound || m.Data.Len() != 0 {
+		t.Fatalf("B's GET of A's output: code %v with %d bytes, want %v and none", rpc.Code(bh.RC), m.Data.Len(), rpc.CodeNotFound)
+	}
+}
+
+// A peer that sends a bulk message whose header does not decode has its
+// connection closed with the reason; the instance goes on serving
+// others.
+func TestHostileMalformedBulkClosesConn(t *testing.T) {
+	n := newNet()
+	srv := n.server(t, 0, 1, rpc.Options{}, echoProto())
+	evil := newRawPeer(t, n, "")
+	conn, err := evil.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := rawBulk(wire.BulkHeader{Op: wire.BulkGetReq}, nil)
+	bad.Front[0][1] = 0xEE // no such bulk operation
+	if err := conn.Send(bad); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection that sent a malformed bulk header is still up")
+	}
+	if got := srv.MalformedMessages(); got != 1 {
+		t.Fatalf("%d malformed messages counted, want 1", got)
+	}
+	good := newRawPeer(t, n, "")
+	overflowReply(t, good, srv, make([]byte, 20<<10))
+}
