@@ -39,6 +39,7 @@ type Conn struct {
 	m        *Messenger
 	id       uint64
 	outgoing bool
+	faulted  atomic.Bool // Fault: what was received and not yet dispatched is dropped
 
 	target    transport.Addr // outgoing: where to dial
 	targetEA  msg.EntityAddr // outgoing: the peer's address, when given in Ceph form
@@ -304,7 +305,8 @@ func (c *Conn) MarkDown() { c.close(ErrMarkedDown, false) }
 // answers nothing that was asked on this connection. The session and
 // the queued messages are dropped as by MarkDown, but the dispatchers'
 // reset event is delivered (if the connection had been open), so that
-// the layers above fail what was outstanding on it. Err then reports an
+// the layers above fail what was outstanding on it. Messages received on
+// it and not yet dispatched are dropped. Err then reports an
 // error that matches ErrPeerFault and wraps reason. The messenger's other
 // connections are not affected. The first reason is kept; later calls do
 // nothing.
@@ -312,6 +314,7 @@ func (c *Conn) Fault(reason error) {
 	if reason == nil {
 		reason = errors.New("unspecified")
 	}
+	c.faulted.Store(true)
 	if c.State() != stateClosed.String() {
 		c.m.log.Warn("msgr: closing the connection of a peer that broke the protocol",
 			"conn", c.id, "peer", c.PeerName().String(), "reason", reason.Error())

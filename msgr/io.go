@@ -435,6 +435,13 @@ func (c *Conn) putBudget(p *Policy, size int64) {
 func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
 	m := c.m
 	it := dispatchItem{kind: itemMessage, c: c, pol: p, m: mm, bytes: budget}
+	if c.faulted.Load() {
+		// Its peer broke the protocol: nothing more it sent is taken,
+		// and the reader stops.
+		mm.Done()
+		m.release(it)
+		return ErrPeerFault
+	}
 	for _, d := range *m.dispatchers.Load() {
 		if fd, ok := d.(FastDispatcher); ok && fd.CanFastDispatch(mm) {
 			mm.DispatchStamp = mm.RecvCompleteStamp // now, to within the delivery's own cost

@@ -502,6 +502,11 @@ func (m *Messenger) deliver(it dispatchItem) {
 	ds := *m.dispatchers.Load()
 	switch it.kind {
 	case itemMessage:
+		if it.c != nil && it.c.faulted.Load() {
+			it.m.Done() // its peer broke the protocol (Conn.Fault)
+			m.release(it)
+			return
+		}
 		it.m.DispatchStamp = time.Now()
 		handled := false
 		for _, d := range ds {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -175,7 +176,10 @@ func (r *Incoming) Decode(v Output) error {
 // Reply answers the request with out (nil: an empty output). It fails
 // with ErrAlreadyReplied if the request was already answered. For a
 // OneWay RPC it sends nothing. An output that cannot be encoded or is
-// too large is answered as an error instead, and that error returned.
+// too large is answered as an error instead, and that error returned. If
+// the connection refuses the reply (it failed, or its out queue is full:
+// the origin reads too slowly), Reply returns an error with
+// CodeUnreachable; the origin's request then ends by its timeout.
 func (r *Incoming) Reply(out Input) error {
 	if !r.claimAny() {
 		return ErrAlreadyReplied
@@ -247,21 +251,28 @@ func (r *Incoming) reply(out Input) error {
 		r.sendError(e.Code, e.Error())
 		return e
 	}
+	var ovf *Bulk
 	if len(data) > 0 {
 		h.Flags |= wire.FlagHasData
 		if n := msg.Buffers(data).Len(); n > r.in.opts.Bulk.EagerLimit {
 			if conn, ok := r.conn.(*msgr.Conn); ok {
 				// The origin pulls the output and then releases the
 				// handle (or its connection fails).
-				b := r.in.overflowBulk(data, conn)
+				ovf = r.in.overflowBulk(data, conn)
 				h.Flags |= wire.FlagBulkOut
-				front = insertOverflow(front, b.key, uint64(n))
+				front = insertOverflow(front, ovf.key, uint64(n))
 				data = data[:0]
 			}
 		}
 		h.Put(front)
 	}
-	r.send(front, bp, data)
+	op := r.Opcode()
+	if err := r.send(front, bp, data); err != nil {
+		if ovf != nil {
+			ovf.Free() // nobody will pull or release it
+		}
+		return &Error{Code: CodeUnreachable, Opcode: op, Msg: "the reply was not sent", Err: err}
+	}
 	return nil
 }
 
@@ -281,15 +292,16 @@ func (r *Incoming) sendError(code Code, text string) {
 	if c := r.c; c != nil {
 		c.nErrors.Add(1)
 	}
-	r.send(front, bp, nil) // recycles r
+	_ = r.send(front, bp, nil) // recycles r; the origin's timeout ends a lost error reply
 }
 
 // send turns the request message into the reply and sends it. The reply
 // front is copied into the request's front buffer when it fits (the
 // handler is done with its input by now, and decoders copy what they
 // keep), so a small reply costs no allocation; otherwise the pooled
-// buffer itself becomes the reply's front.
-func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
+// buffer itself becomes the reply's front. It returns the connection's
+// error if the reply was not sent.
+func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) error {
 	m, conn, c := r.m, r.conn, r.c
 	r.putOverflow() // the reply does not carry it unless the handler took it
 	var rel func(*msg.Message)
@@ -315,19 +327,23 @@ func (r *Incoming) send(front []byte, bp *[]byte, data [][]byte) {
 	r.release()
 	if conn == nil {
 		m.Done()
-		return
+		return errNoConn
 	}
 	if err := conn.Send(m); err != nil {
 		m.Done()
 		if c != nil {
 			c.in.log.Debug("reply not sent", "tag", c.tag, "err", err)
 		}
-		return
+		return err
 	}
 	if c != nil {
 		c.nReplied.Add(1)
 	}
+	return nil
 }
+
+// errNoConn: a request that came without a connection cannot be answered.
+var errNoConn = errors.New("rpc: no connection to answer on")
 
 // bufPool holds front buffers for replies.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

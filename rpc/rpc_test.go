@@ -529,19 +529,27 @@ func TestMalformedHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Shutdown()
-	conn, err := m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, front := range [][]byte{nil, {1}, {1, 0, 40, 0, 5}, {9, 9, 9, 9, 9}, bytes.Repeat([]byte{0xff}, 64)} {
+	// Each bad message closes the connection that sent it.
+	for i, front := range [][]byte{nil, {1}, {1, 0, 40, 0, 5}, {9, 9, 9, 9, 9}, bytes.Repeat([]byte{0xff}, 64)} {
+		conn, err := m.Connect(srv.URI())
+		if err != nil {
+			t.Fatal(err)
+		}
 		bad := msg.New(0xFE00)
 		bad.Header.Tid = 1
 		bad.SetSegments(front, nil, []byte("data"))
 		if err := conn.Send(bad); err != nil {
 			t.Fatal(err)
 		}
+		select {
+		case <-conn.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("bad message %d: its connection is still up", i)
+		}
+		if got := srv.MalformedMessages(); got != uint64(i+1) {
+			t.Fatalf("bad message %d: %d counted", i, got)
+		}
 	}
-	waitFor(t, "the bad messages", func() bool { return srv.MalformedMessages() == 5 })
 	cli := n.client(t, rpc.Options{}, []*rpc.Instance{srv}, testProto(nil))
 	c := newCtx(t, cli, rpc.ContextOptions{})
 	if err := c.Ping(context.Background(), rpc.Endpoint{}); err != nil {
