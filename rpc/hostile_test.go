@@ -6,6 +6,7 @@ package rpc_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -147,4 +148,164 @@ func TestHostileMalformedBulkClosesConn(t *testing.T) {
 	}
 	good := newRawPeer(t, n, "")
 	overflowReply(t, good, srv, make([]byte, 20<<10))
+}
+
+// A hostile client sends one request whose input "overflows" (a handle
+// it never serves) with a deadline 100 years away. The target's pull of
+// that input ends by the target's own timeout (200 ms here), not the
+// peer's deadline, so the overflow budget it holds comes back and
+// another client's overflowing request is served.
+func TestHostileOverflowDeadlineHoldsBudget(t *testing.T) {
+	n := newNet()
+	const limit = 64 << 10
+	srv := n.server(t, 0, 1, rpc.Options{Timeout: 200 * time.Millisecond, Bulk: rpc.BulkOptions{OverflowLimit: limit}}, echoProto())
+
+	evil := newRawPeer(t, n, "")
+	conn, err := evil.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wire.Header{
+		Opcode: uint32(opOvfEcho), Flags: wire.FlagBulkIn | wire.FlagDeadline | wire.FlagHasData,
+		Deadline: time.Now().Add(100 * 365 * 24 * time.Hour).UnixNano(),
+	}
+	if err := conn.Send(rpcMsg(wire.TypeRequest, 1, h, ovfDesc(0xdead, limit), nil)); err != nil {
+		t.Fatal(err)
+	}
+	// The server pulls the (fake) input: it asks us for it. We never answer.
+	g := evil.next(t, wire.TypeBulk, "the server's GET of the fake input")
+	if bh, err := wire.DecodeBulk(rawFront(g)); err != nil || bh.Op != wire.BulkGetReq {
+		t.Fatalf("expected a GET request, got %+v %v", bh, err)
+	}
+
+	// An honest client's overflowing request to the same context.
+	cli := n.client(t, rpc.Options{}, []*rpc.Instance{srv})
+	c := newCtx(t, cli, rpc.ContextOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in := make(rpc.Bytes, 32<<10)
+	var out rpc.Bytes
+	err = c.Call(ctx, rpc.Endpoint{}, opOvfEcho, in, &out)
+	if err != nil {
+		t.Fatalf("honest overflowing request starved by the hostile peer's pull (server timeout 200 ms, waited 10 s): %v; server bulk stats %+v",
+			err, srv.Context(0).BulkStats())
+	}
+}
+
+// A (buggy) holder answers the first span of a GET twice and never
+// answers the second. The duplicate is not counted as the missing half
+// (the GET would succeed with half its buffer unwritten): the GET fails
+// as malformed and the holder's connection is closed.
+func TestHostileDuplicateDataCompletesGet(t *testing.T) {
+	n := newNet()
+	evil := newRawPeer(t, n, "holder")
+	cli, err := rpc.New(rpc.Options{Transports: n.reg, Logger: quietLogger(),
+		Bulk: rpc.BulkOptions{EagerLimit: 1024, ChunkSize: 4096, Window: 8192}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(1, evil.uri); err != nil {
+		t.Fatal(err)
+	}
+	c := newCtx(t, cli, rpc.ContextOptions{})
+	const size = 8192
+	buf := make([]byte, size)
+	local, err := cli.NewBulk([][]byte{buf}, rpc.BulkWO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errc <- c.TransferWait(ctx, rpc.BulkDesc{Op: rpc.BulkGet, Remote: rpc.BulkHandle{Key: 42, Len: size, Perm: rpc.BulkRO},
+			Local: local, Len: size, Peer: &rpc.Endpoint{Rank: 1}})
+	}()
+	var first wire.BulkHeader
+	m := evil.next(t, wire.TypeBulk, "the first GET request")
+	first, err = wire.DecodeBulk(rawFront(m))
+	if err != nil || first.Op != wire.BulkGetReq || first.Pos != 0 {
+		t.Fatalf("first request %+v %v", first, err)
+	}
+	m2 := evil.next(t, wire.TypeBulk, "the second GET request")
+	if second, err := wire.DecodeBulk(rawFront(m2)); err != nil || second.Pos == 0 {
+		t.Fatalf("second request %+v %v", second, err)
+	}
+	// Answer the first span twice; never the second.
+	d := wire.BulkHeader{Op: wire.BulkData, SrcTag: first.DstTag, DstTag: first.SrcTag, Xfer: first.Xfer,
+		Key: first.Key, Off: first.Off, Pos: 0, Len: first.Len}
+	for range 2 {
+		if err := m.Conn.Send(rawBulk(d, bytes.Repeat([]byte{0xAA}, int(first.Len)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = recv(t, errc, "the GET's end")
+	if err == nil {
+		t.Fatalf("GET of %d bytes succeeded, but bytes [%d,%d) were never sent: buf[%d] = %#x",
+			size, first.Len, size, size-1, buf[size-1])
+	}
+	if rpc.CodeOf(err) != rpc.CodeMalformed && rpc.CodeOf(err) != rpc.CodeUnreachable {
+		t.Fatalf("GET: %v, want it malformed (or its connection failed)", err)
+	}
+	select {
+	case <-m.Conn.(*msgr.Conn).Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's connection is still up")
+	}
+	if n := cli.MalformedMessages(); n != 1 {
+		t.Fatalf("%d malformed messages counted, want 1", n)
+	}
+}
+
+// A (buggy) holder acknowledges the first chunk of a PUT twice. The
+// duplicate is not counted for the second chunk (the PUT would complete
+// while that chunk, the caller's buffer, may still be queued): the PUT
+// fails as malformed and the holder's connection is closed.
+func TestHostileDuplicateAckCompletesPut(t *testing.T) {
+	n := newNet()
+	evil := newRawPeer(t, n, "holder")
+	cli, err := rpc.New(rpc.Options{Transports: n.reg, Logger: quietLogger(),
+		Bulk: rpc.BulkOptions{EagerLimit: 1024, ChunkSize: 4096, Window: 8192, SegmentLimit: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(1, evil.uri); err != nil {
+		t.Fatal(err)
+	}
+	c := newCtx(t, cli, rpc.ContextOptions{})
+	const size = 8192
+	local, err := cli.NewBulk([][]byte{make([]byte, size)}, rpc.BulkRO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errc <- c.TransferWait(ctx, rpc.BulkDesc{Op: rpc.BulkPut, Remote: rpc.BulkHandle{Key: 42, Len: size, Perm: rpc.BulkWO},
+			Local: local, Len: size, Peer: &rpc.Endpoint{Rank: 1}})
+	}()
+	m := evil.next(t, wire.TypeBulk, "the first PUT chunk")
+	first, err := wire.DecodeBulk(rawFront(m))
+	if err != nil || first.Op != wire.BulkPut || first.Pos != 0 || first.Len != 4096 {
+		t.Fatalf("first chunk %+v %v", first, err)
+	}
+	ack := wire.BulkHeader{Op: wire.BulkAck, SrcTag: first.DstTag, DstTag: first.SrcTag, Xfer: first.Xfer,
+		Key: first.Key, Off: first.Off, Pos: 0, Len: first.Len}
+	for range 2 {
+		if err := m.Conn.Send(rawBulk(ack, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = recv(t, errc, "the PUT's end")
+	if c := rpc.CodeOf(err); c != rpc.CodeMalformed && c != rpc.CodeUnreachable {
+		t.Fatalf("PUT with its first chunk acknowledged twice: %v, want it malformed (or its connection failed)", err)
+	}
+	select {
+	case <-m.Conn.(*msgr.Conn).Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's connection is still up")
+	}
 }

@@ -18,6 +18,10 @@ import (
 // its own before it runs the handler or completes the request. The
 // caller and the handler see the data segment as usual.
 
+// maxOverflowWaiting bounds the requests a context keeps waiting for
+// overflow budget; beyond it they are answered CodeBusy.
+const maxOverflowWaiting = 4096
+
 // overflowState is a context's budget for pulled inputs. Guarded by the
 // context's bmu.
 type overflowState struct {
@@ -45,6 +49,11 @@ func (c *Context) pullInput(r *Incoming) {
 	// Admission is in arrival order: a request that would fit does not
 	// overtake one already waiting, or a large input could wait forever
 	// behind a stream of small ones.
+	if len(c.ovfWait) >= maxOverflowWaiting {
+		c.bmu.Unlock()
+		r.failCode(CodeBusy, "too many requests wait for overflow budget")
+		return
+	}
 	if len(c.ovfWait) > 0 || !c.ovfFits(r.ovfLen) {
 		// The receiver pulls when it has room: the request waits, small,
 		// until then or until its origin's deadline.
@@ -83,8 +92,12 @@ func (c *Context) startPull(r *Incoming) {
 		Op: BulkGet, Remote: BulkHandle{Key: r.ovfKey, Len: r.ovfLen, Perm: BulkRO, Tag: r.hdr.SrcTag},
 		Local: newBulk(c.in, [][]byte{buf}, BulkWO), Len: r.ovfLen,
 	}
+	// The pull holds budget that other origins' requests may wait for:
+	// it is bounded by this side's own timeout, not only by the origin's
+	// deadline (which a peer may set a century away).
+	d.Timeout = c.Timeout()
 	if rem, ok := r.Remaining(); ok && rem > 0 {
-		d.Timeout = rem
+		d.Timeout = min(rem, d.Timeout)
 	}
 	_, err := c.startOn(conn, d, nil, func(err error) {
 		if err != nil {

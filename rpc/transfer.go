@@ -731,13 +731,22 @@ func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]
 		c.bmu.Lock()
 		defer c.bmu.Unlock()
 		t := c.xfers[h.Xfer]
-		if t == nil || t.conn != conn || t.d.Op != BulkGet || uint64(n) != h.Len ||
-			h.Pos > uint64(t.d.Len) || h.Len > uint64(t.d.Len)-h.Pos {
+		if t == nil || t.conn != conn || t.d.Op != BulkGet || uint64(n) != h.Len || !t.nextAsked(h) {
 			return nil, nil, CodeNotFound
 		}
 		return t.d.Local.slice(dst, t.d.LocalOff+int64(h.Pos), int64(h.Len)), t, CodeOK
 	}
 	return nil, nil, CodeInvalid
+}
+
+// nextAsked reports whether h's span is the next one t expects: chunks
+// are answered in the order they were asked for (one connection, one
+// priority, served in arrival order), so a GET's data must start where
+// what has landed ends and stay within what was asked; a PUT's acks
+// likewise. Anything else is a duplicate or was never asked for.
+// Called with the context's bmu held.
+func (t *BulkTransfer) nextAsked(h *wire.BulkHeader) bool {
+	return h.Pos == uint64(t.acked) && h.Len <= uint64(t.next-t.acked)
 }
 
 // PlaceData lands the data of bulk chunks straight in the registered
@@ -975,6 +984,7 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 	}
 	sends := map[*BulkTransfer][]*msg.Message{}
 	var fin []*BulkTransfer
+	var bad string
 	c.bmu.Lock()
 	t := c.xfers[h.Xfer]
 	placed := pt != nil && pt == t
@@ -986,8 +996,11 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 		// Late (the transfer ended) or not ours: nothing to do.
 	case h.RC != 0:
 		fin = append(fin, c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk GET refused"})...)
-	case h.Pos > uint64(t.d.Len) || h.Len > uint64(t.d.Len)-h.Pos || uint64(data.Len()) != h.Len:
-		fin = append(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data outside the transfer"})...)
+	case !t.nextAsked(h) || uint64(data.Len()) != h.Len:
+		// A duplicate, or bytes never asked for: counting them would
+		// complete the transfer with bytes missing.
+		bad = fmt.Sprintf("bulk data [%d,+%d) of %d bytes for a GET expecting [%d,%d)", h.Pos, h.Len, data.Len(), t.acked, t.next)
+		fin = append(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data not asked for"})...)
 	default:
 		if !placed {
 			t.d.Local.copyIn(t.d.LocalOff+int64(h.Pos), data)
@@ -996,6 +1009,10 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
+	if bad != "" {
+		in.fault(conn, bad)
+		return
+	}
 	for t, out := range sends {
 		c.sendAll(t, out)
 	}
@@ -1008,19 +1025,30 @@ func (in *Instance) ackArrived(conn *msgr.Conn, h *wire.BulkHeader) {
 	}
 	sends := map[*BulkTransfer][]*msg.Message{}
 	var fin []*BulkTransfer
+	var bad string
 	c.bmu.Lock()
 	t := c.xfers[h.Xfer]
 	switch {
-	case t == nil || t.conn != conn || t.d.Op != BulkPut:
+	case t == nil || t.state != xActive || t.conn != conn || t.d.Op != BulkPut:
 	case h.RC != 0:
 		fin = c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk PUT refused"})
 	case h.Flags&wire.BulkFlagFinal != 0:
 		fin = c.landedLocked(t, t.d.Len-t.acked, sends)
+	case !t.nextAsked(h):
+		// A duplicate ack, or one for bytes never sent: counting it could
+		// complete the PUT while its chunks (the caller's buffer) are
+		// still queued.
+		bad = fmt.Sprintf("bulk ack [%d,+%d) for a PUT expecting acks in [%d,%d)", h.Pos, h.Len, t.acked, t.next)
+		fin = c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk ack for nothing sent"})
 	default:
-		fin = c.landedLocked(t, int64(min(h.Len, uint64(t.inflight))), sends)
+		fin = c.landedLocked(t, int64(h.Len), sends)
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
+	if bad != "" {
+		in.fault(conn, bad)
+		return
+	}
 	for t, out := range sends {
 		c.sendAll(t, out)
 	}
