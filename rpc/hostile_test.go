@@ -309,3 +309,39 @@ func TestHostileDuplicateAckCompletesPut(t *testing.T) {
 		t.Fatal("the holder's connection is still up")
 	}
 }
+
+// The self-test service, registered on every instance, pulls a peer's
+// SendBulk into a buffer of its size: that buffer counts against the
+// context's overflow budget, so peers that send tests and never serve
+// their GETs pin at most the budget (or one test, however large); the
+// others wait, unallocated, and end with their connection.
+func TestHostileSelfTestWithinBudget(t *testing.T) {
+	n := newNet()
+	srv := n.server(t, 0, 1, rpc.Options{Bulk: rpc.BulkOptions{OverflowLimit: 1 << 20}})
+	evil := newRawPeer(t, n, "")
+	conn, err := evil.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k, each = 8, 8 << 20
+	for i := range k {
+		in := rpc.SelfTestInput{SendBulk: &rpc.BulkHandle{Key: uint64(1000 + i), Len: each, Perm: rpc.BulkRO}}
+		body, err := in.AppendBinary(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Send(rpcMsg(wire.TypeRequest, uint64(i+1), wire.Header{Opcode: uint32(rpc.OpSelfTest)}, body, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx := srv.Context(0)
+	waitFor(t, "the tests beyond the budget waiting", func() bool { return sctx.BulkStats().OverflowWaiting == k-1 })
+	if st := sctx.BulkStats(); st.Active != 1 || st.OverflowHeld != each {
+		t.Fatalf("server: %d pulls holding %d bytes, want 1 holding %d", st.Active, st.OverflowHeld, each)
+	}
+	conn.MarkDown()
+	waitFor(t, "the budget given back", func() bool {
+		st := sctx.BulkStats()
+		return st.OverflowHeld == 0 && st.OverflowWaiting == 0 && st.Active == 0
+	})
+}

@@ -468,25 +468,38 @@ func selfTestBulk(r *Incoming, in *SelfTestInput) error {
 	if n < 0 || n > MaxPayload {
 		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("bulk send of %d bytes", n)}
 	}
-	// The data is only measured, not kept: it lands in a pooled buffer
-	// that goes back once the GET is over.
-	buf, pooled := bufpool.Get(int(n))
-	dst := newBulk(c.in, [][]byte{buf}, BulkWO)
-	d := BulkDesc{Op: BulkGet, Remote: *in.SendBulk, Local: dst, Len: n}
-	if err := c.descErr(&d); err != nil {
-		bufpool.Put(pooled)
-		return err
-	}
-	if _, err := c.startOn(conn, d, nil, func(err error) {
-		bufpool.Put(pooled)
-		if err != nil {
+	// The buffer counts against the context's overflow budget, like an
+	// overflowing input's: the test waits for its turn, and peers cannot
+	// make the target allocate beyond the budget.
+	c.admitOverflow(r, n, func() {
+		done := func() { c.overflowDone(n) }
+		// The data is only measured, not kept: it lands in a pooled
+		// buffer that goes back once the GET is over.
+		buf, pooled := bufpool.Get(int(n))
+		dst := newBulk(c.in, [][]byte{buf}, BulkWO)
+		d := BulkDesc{Op: BulkGet, Remote: *in.SendBulk, Local: dst, Len: n, Timeout: c.Timeout()}
+		if rem, ok := r.Remaining(); ok && rem > 0 {
+			d.Timeout = min(rem, d.Timeout)
+		}
+		if err := c.descErr(&d); err != nil {
+			bufpool.Put(pooled)
+			done()
 			reply(err)
 			return
 		}
-		put()
-	}); err != nil {
-		bufpool.Put(pooled)
-		return err
-	}
+		if _, err := c.startOn(conn, d, nil, func(err error) {
+			bufpool.Put(pooled)
+			done()
+			if err != nil {
+				reply(err)
+				return
+			}
+			put()
+		}); err != nil {
+			bufpool.Put(pooled)
+			done()
+			reply(err)
+		}
+	})
 	return nil
 }

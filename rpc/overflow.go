@@ -22,12 +22,21 @@ import (
 // overflow budget; beyond it they are answered CodeBusy.
 const maxOverflowWaiting = 4096
 
-// overflowState is a context's budget for pulled inputs. Guarded by the
-// context's bmu.
+// overflowState is a context's budget for the inputs it pulls for
+// requests (overflowing inputs, and the self-test's bulk sends). Guarded
+// by the context's bmu.
 type overflowState struct {
 	ovfBytes  int64       // bytes of pulled inputs held
-	ovfWait   []*Incoming // requests waiting for budget, in arrival order
+	ovfWait   []ovfWaiter // requests waiting for budget, in arrival order
 	ovfClosed bool        // the context is closing: admit nothing more
+}
+
+// ovfWaiter is a request waiting for n bytes of overflow budget.
+type ovfWaiter struct {
+	r     *Incoming
+	n     int64
+	until int64  // the origin's deadline in in.now() time (0: none)
+	start func() // runs once the budget is taken
 }
 
 // pullInput admits r (whose input overflowed) within the context's
@@ -40,35 +49,37 @@ func (c *Context) pullInput(r *Incoming) {
 	}
 	r.body = rest
 	r.ovfKey, r.ovfLen = key, int64(n)
+	c.admitOverflow(r, int64(n), func() { c.startPull(r) })
+}
+
+// admitOverflow runs start once n bytes of the overflow budget are taken
+// for r: now if they fit and nobody waits, or later, in arrival order (a
+// request that would fit does not overtake one already waiting, or a
+// large input could wait for ever behind a stream of small ones). The
+// waiting request is small (its input is not pulled yet); it is answered
+// at its origin's deadline if it is still waiting then.
+func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 	c.bmu.Lock()
-	if c.ovfClosed {
+	switch {
+	case c.ovfClosed:
 		c.bmu.Unlock()
 		r.failCode(CodeShutdown, "context closed")
-		return
-	}
-	// Admission is in arrival order: a request that would fit does not
-	// overtake one already waiting, or a large input could wait forever
-	// behind a stream of small ones.
-	if len(c.ovfWait) >= maxOverflowWaiting {
+	case len(c.ovfWait) >= maxOverflowWaiting:
 		c.bmu.Unlock()
 		r.failCode(CodeBusy, "too many requests wait for overflow budget")
-		return
-	}
-	if len(c.ovfWait) > 0 || !c.ovfFits(r.ovfLen) {
-		// The receiver pulls when it has room: the request waits, small,
-		// until then or until its origin's deadline.
-		r.ovfUntil = 0
+	case len(c.ovfWait) > 0 || !c.ovfFits(n):
+		w := ovfWaiter{r: r, n: n, start: start}
 		if rem, ok := r.Remaining(); ok {
-			r.ovfUntil = max(c.in.now()+int64(rem), 1)
+			w.until = max(c.in.now()+int64(rem), 1)
 		}
-		c.ovfWait = append(c.ovfWait, r)
+		c.ovfWait = append(c.ovfWait, w)
 		c.bmu.Unlock()
-		c.armAt(r.ovfUntil)
-		return
+		c.armAt(w.until)
+	default:
+		c.ovfBytes += n
+		c.bmu.Unlock()
+		start()
 	}
-	c.ovfBytes += int64(n)
-	c.bmu.Unlock()
-	c.startPull(r)
 }
 
 // ovfFits reports whether an input of n bytes may be pulled now. One
@@ -115,22 +126,22 @@ func (c *Context) startPull(r *Incoming) {
 // overflowDone returns n bytes of overflow budget and admits the requests
 // that now fit.
 func (c *Context) overflowDone(n int64) {
-	var admit []*Incoming
+	var admit []func()
 	c.bmu.Lock()
 	c.ovfBytes -= n
 	for len(c.ovfWait) > 0 && !c.ovfClosed {
-		r := c.ovfWait[0]
-		if !c.ovfFits(r.ovfLen) {
+		w := c.ovfWait[0]
+		if !c.ovfFits(w.n) {
 			break
 		}
-		c.ovfWait[0] = nil
+		c.ovfWait[0] = ovfWaiter{}
 		c.ovfWait = c.ovfWait[1:]
-		c.ovfBytes += r.ovfLen
-		admit = append(admit, r)
+		c.ovfBytes += w.n
+		admit = append(admit, w.start)
 	}
 	c.bmu.Unlock()
-	for _, r := range admit {
-		c.startPull(r)
+	for _, start := range admit {
+		start()
 	}
 }
 
@@ -138,12 +149,12 @@ func (c *Context) overflowDone(n int64) {
 // requests that overflow from now on are answered at once.
 func (c *Context) failOverflowWaiters() {
 	c.bmu.Lock()
-	w := c.ovfWait
+	ws := c.ovfWait
 	c.ovfWait = nil
 	c.ovfClosed = true
 	c.bmu.Unlock()
-	for _, r := range w {
-		r.failCode(CodeShutdown, "context closed")
+	for _, w := range ws {
+		w.r.failCode(CodeShutdown, "context closed")
 	}
 }
 
@@ -161,17 +172,17 @@ func (c *Context) expireOverflowWaiters(now int64) int64 {
 		return 0
 	}
 	kept := c.ovfWait[:0]
-	for _, r := range c.ovfWait {
-		if d := r.ovfUntil; d != 0 {
+	for _, w := range c.ovfWait {
+		if d := w.until; d != 0 {
 			if d <= now {
-				expired = append(expired, r)
+				expired = append(expired, w.r)
 				continue
 			}
 			if next == 0 || d < next {
 				next = d
 			}
 		}
-		kept = append(kept, r)
+		kept = append(kept, w)
 	}
 	clear(c.ovfWait[len(kept):])
 	c.ovfWait = kept
