@@ -64,6 +64,7 @@ type Context struct {
 	nReplied  atomic.Uint64
 	nErrors   atomic.Uint64
 	nBusy     atomic.Uint64
+	inHeld    atomic.Int64 // bytes of requests received and not answered (IncomingLimit)
 	// Origin-side counters beyond the tracker's.
 	nTransmitted atomic.Uint64
 	nLookups     atomic.Uint64
@@ -889,7 +890,8 @@ type Stats struct {
 	Received uint64 // requests handed to a handler
 	Replies  uint64 // replies sent (including errors)
 	Errors   uint64 // error replies sent
-	Busy     uint64 // requests refused because the progress queue was full
+	Busy     uint64 // requests refused because the progress queue or IncomingLimit was full
+	Held     int64  // bytes of requests received and not answered yet (IncomingLimit)
 }
 
 // Stats returns the context's counters.
@@ -902,7 +904,7 @@ func (c *Context) Stats() Stats {
 		Replied: t.Replied, TimedOut: t.TimedOut, Canceled: t.Canceled, Failed: t.Failed,
 		Excluded: t.Excluded, LateReplies: t.LateReplies, URILookups: c.nLookups.Load(),
 		InFlight: t.InFlight, Waiting: t.Waiting, MaxWaiting: t.MaxWaiting,
-		Received: c.nReceived.Load(), Replies: c.nReplied.Load(), Errors: c.nErrors.Load(), Busy: c.nBusy.Load(),
+		Received: c.nReceived.Load(), Replies: c.nReplied.Load(), Errors: c.nErrors.Load(), Busy: c.nBusy.Load(), Held: c.inHeld.Load(),
 	}
 }
 

@@ -43,6 +43,7 @@ type Incoming struct {
 	scratch [][]byte // data buffers of the reply being built
 
 	ovfBytes int64 // overflow budget held for a pulled input
+	held     int64 // bytes counted in the context's IncomingLimit
 	ovfKey   uint64
 	ovfLen   int64
 	ovfUntil int64   // while waiting for overflow budget: the origin's deadline in in.now() time (0: none)
@@ -81,6 +82,10 @@ func (r *Incoming) release() {
 	if r.ovfBytes > 0 {
 		r.c.overflowDone(r.ovfBytes)
 		r.ovfBytes = 0
+	}
+	if r.held > 0 {
+		r.c.inHeld.Add(-r.held)
+		r.held = 0
 	}
 	if !r.taken && r.rel != nil && r.m != nil {
 		r.m.Release = r.rel

@@ -468,11 +468,32 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 		r.failCode(code, text)
 		return
 	}
+	if !c.holdIncoming(r, int64(len(body)+r.data.Len())) {
+		c.nBusy.Add(1)
+		r.failCode(CodeBusy, "the target context holds its IncomingLimit of unanswered requests")
+		return
+	}
 	if h.Flags&wire.FlagBulkIn != 0 {
 		c.pullInput(r) // delivers r once its input has arrived
 		return
 	}
 	c.deliverIncoming(r)
+}
+
+// holdIncoming counts r's n bytes against the context's IncomingLimit
+// until r is answered (release), or reports that they do not fit.
+func (c *Context) holdIncoming(r *Incoming, n int64) bool {
+	limit := int64(c.in.opts.IncomingLimit)
+	for {
+		cur := c.inHeld.Load()
+		if cur > 0 && cur+n > limit {
+			return false
+		}
+		if c.inHeld.CompareAndSwap(cur, cur+n) {
+			r.held = n
+			return true
+		}
+	}
 }
 
 // deliverIncoming runs r's handler inline or queues it for progress.

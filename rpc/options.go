@@ -13,14 +13,15 @@ import (
 
 // Defaults and limits (CaRT's).
 const (
-	DefaultTimeout     = 60 * time.Second   // CRT_TIMEOUT default
-	MaxTimeout         = 3600 * time.Second // CRT_TIMEOUT maximum
-	DefaultCredits     = 32                 // CRT_CREDIT_EP_CTX default
-	MaxCredits         = 256                // credits are clamped to this
-	DefaultMaxContexts = 128                // CRT_CTX_NUM
-	MaxContexts        = 1024               // tags are 16 bits on the wire; this bounds the table
-	MaxPayload         = 64 << 20           // an input or output (front + data), as CaRT's 64 MiB
-	DefaultGroup       = "ferry"            // the primary group's name
+	DefaultTimeout       = 60 * time.Second   // CRT_TIMEOUT default
+	MaxTimeout           = 3600 * time.Second // CRT_TIMEOUT maximum
+	DefaultCredits       = 32                 // CRT_CREDIT_EP_CTX default
+	DefaultIncomingLimit = 256 << 20          // bytes of unanswered requests per context
+	MaxCredits           = 256                // credits are clamped to this
+	DefaultMaxContexts   = 128                // CRT_CTX_NUM
+	MaxContexts          = 1024               // tags are 16 bits on the wire; this bounds the table
+	MaxPayload           = 64 << 20           // an input or output (front + data), as CaRT's 64 MiB
+	DefaultGroup         = "ferry"            // the primary group's name
 )
 
 // UnlimitedCredits as Options.Credits turns the per-endpoint in-flight
@@ -88,6 +89,15 @@ type Options struct {
 	// MaxContexts bounds the number of contexts (and so the tags);
 	// default 128, at most 1024.
 	MaxContexts int
+	// IncomingLimit bounds the bytes of requests a context holds that it
+	// has received and not answered yet (waiting for progress, or with
+	// their handlers), inline inputs included; a request beyond it is
+	// answered CodeBusy at once, so that a target slow to serve costs
+	// its origins retries rather than growing its memory with what they
+	// send. One request is always accepted when none is held. Inputs
+	// pulled as bulk count against BulkOptions.OverflowLimit instead.
+	// Default DefaultIncomingLimit.
+	IncomingLimit int
 
 	// Clock is the time source of timeouts and deadlines; default the
 	// system clock. Tests inject a fake one.
@@ -220,6 +230,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxContexts == 0 {
 		o.MaxContexts = DefaultMaxContexts
+	}
+	if o.IncomingLimit <= 0 {
+		o.IncomingLimit = DefaultIncomingLimit
 	}
 	if o.Transports == nil {
 		o.Transports = transport.Default

@@ -80,13 +80,13 @@ func TestOverflowHostileReplyPullOutlivesRequest(t *testing.T) {
 	var drop atomic.Bool
 	drop.Store(true)
 	rpc.DropGetRequests(p.srv.Messenger(), &drop)
+	started := func() uint64 { s := p.cctx.BulkStats(); return uint64(s.Active) + s.Completed + s.Failed }
 	for i := range n {
-		before := p.cctx.BulkStats().Active
 		h, err := p.cctx.Send(rpc.Request{Endpoint: *p.peer, Opcode: opOvfHostile, Timeout: 30 * time.Second}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, fmt.Sprintf("pull %d to start", i), func() bool { return p.cctx.BulkStats().Active > before })
+		waitFor(t, fmt.Sprintf("pull %d to start", i), func() bool { return started() > uint64(i) })
 		if !h.Abort() {
 			t.Fatalf("request %d completed before its abort", i)
 		}
@@ -198,5 +198,65 @@ func TestOverflowHostileReplyHandleLeakOnFullQueue(t *testing.T) {
 			t.Fatalf("%d overflow handle(s) (the refused reply's 1 MiB output) still registered while the connection is up", n)
 		}
 		return
+	}
+}
+
+// A target that is slow to serve holds at most its IncomingLimit of
+// requests it has not answered, inline inputs included, however much its
+// origins send (here with a larger eager limit than its own and no credit
+// limit): the requests beyond it are answered CodeBusy at once.
+func TestIncomingLimit(t *testing.T) {
+	nw := inproc.NewNetwork()
+	srvName := fmt.Sprintf("inproc://incoming-limit-%d", time.Now().UnixNano())
+	const limit, size, n = 4 << 20, 1 << 20, 16
+	srv, err := rpc.New(rpc.Options{Listen: srvName, Transports: transport.NewRegistry(nw), Logger: quietLogger(), IncomingLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.Register(rpc.Protocol{Name: "rv", Base: 0x47, Version: 1, RPCs: []rpc.RPC{{
+		Handler: func(r *rpc.Incoming) error { return r.Reply(nil) }}}}); err != nil {
+		t.Fatal(err)
+	}
+	sctx := newCtx(t, srv, rpc.ContextOptions{}) // progressed by nobody: a stalled consumer
+	cli, err := rpc.New(rpc.Options{Transports: transport.NewRegistry(nw), Logger: quietLogger(),
+		Credits: rpc.UnlimitedCredits, Bulk: rpc.BulkOptions{EagerLimit: 2 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(0, srv.URI()); err != nil {
+		t.Fatal(err)
+	}
+	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	in := rpc.Bytes(make([]byte, size))
+	errs := make(chan error, n)
+	for range n {
+		if _, err := cctx.Send(rpc.Request{Endpoint: rpc.Endpoint{}, Opcode: opOvfHostile, In: &in, Timeout: 30 * time.Second},
+			func(c rpc.Completion) { errs <- c.Err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const kept = limit / size // the inputs (rpc.Bytes) are the requests' data segments
+	for range n - kept {
+		if err := recv(t, errs, "a refused request"); !errors.Is(err, rpc.ErrBusy) {
+			t.Fatalf("request beyond the limit: %v, want ErrBusy", err)
+		}
+	}
+	st := sctx.Stats()
+	if st.Held > limit || st.Busy != uint64(n-kept) {
+		t.Fatalf("target holds %d bytes (limit %d), %d refused, want %d", st.Held, limit, st.Busy, n-kept)
+	}
+	// Serving them gives the budget back.
+	if err := sctx.ProgressUntil(context.Background(), func() bool { return sctx.Stats().Replies == uint64(n) }); err != nil {
+		t.Fatal(err)
+	}
+	for range kept {
+		if err := recv(t, errs, "a served request"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := sctx.Stats().Held; h != 0 {
+		t.Fatalf("%d bytes still held after every request was answered", h)
 	}
 }
