@@ -345,3 +345,43 @@ func TestHostileSelfTestWithinBudget(t *testing.T) {
 		return st.OverflowHeld == 0 && st.OverflowWaiting == 0 && st.Active == 0
 	})
 }
+
+// A peer that announces rendezvous PUTs (RTS) and never serves their
+// pulls gets a bounded number pulled at once on its connection; the
+// others are refused with CodeBusy, and the pulls end with the
+// connection.
+func TestHostileRTSBounded(t *testing.T) {
+	n := newNet()
+	srv := n.server(t, 0, 1, rpc.Options{})
+	target := register(t, srv, [][]byte{make([]byte, 4096)}, rpc.BulkWO)
+	evil := newRawPeer(t, n, "")
+	conn, err := evil.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k, max = 300, 256
+	for i := range k {
+		rts := wire.BulkHeader{Op: wire.BulkRTS, Xfer: uint64(i + 1), Key: target.Handle().Key, Len: 4096, Key2: 77}
+		if err := conn.Send(rawBulk(rts, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for busy := 0; busy < k-max; {
+		m := evil.next(t, wire.TypeBulk, "a refused RTS's final ack")
+		h, err := wire.DecodeBulk(rawFront(m))
+		switch {
+		case err == nil && h.Op == wire.BulkGetReq:
+			// a pull's request, left unanswered
+		case err != nil || h.Op != wire.BulkAck || rpc.Code(h.RC) != rpc.CodeBusy:
+			t.Fatalf("answer to an RTS: %+v %v, want a pull or a CodeBusy ack", h, err)
+		default:
+			busy++
+		}
+	}
+	sctx := srv.Context(0)
+	if a := sctx.BulkStats().Active; a != max {
+		t.Fatalf("%d pulls for one connection, want %d", a, max)
+	}
+	conn.MarkDown()
+	waitFor(t, "the pulls ended with their connection", func() bool { return sctx.BulkStats().Active == 0 })
+}

@@ -46,6 +46,10 @@ type Instance struct {
 
 	bulks bulkRegistry // registered buffers by key
 	rts   sync.Map     // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
+	// pulls counts the rendezvous PUTs being pulled per connection
+	// (maxPullsPerConn).
+	pullsMu sync.Mutex
+	pulls   map[*msgr.Conn]int
 	// putPlacing: *msgr.Conn → *Bulk whose PUT chunk that connection's
 	// reader is reading right now (at most one per connection).
 	putPlacing sync.Map

@@ -1085,9 +1085,16 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		ack(CodeBadTarget)
 		return
 	}
+	// Each pull is a transfer, a timer and a table entry: a peer gets a
+	// bounded number at once per connection, and CodeBusy beyond it.
+	if !in.takePull(conn) {
+		ack(CodeBusy)
+		return
+	}
 	// The pull writes into b for the peer: b.Free waits for it, and stops
 	// it (it fails the pull, found in in.rts).
 	if !b.acquireWrite() {
+		in.endPull(conn)
 		ack(CodeNotFound)
 		return
 	}
@@ -1103,10 +1110,12 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 			in.rts.CompareAndDelete(key, t)
 		}
 		b.releaseWrite()
+		in.endPull(conn)
 		ack(CodeOf(err))
 	})
 	if err != nil {
 		b.releaseWrite()
+		in.endPull(conn)
 		ack(CodeOf(err))
 		return
 	}
@@ -1116,6 +1125,36 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		in.rts.CompareAndDelete(key, t)
 	} else if b.freed.Load() {
 		t.fail(errTargetFreed()) // Free ran before the pull was in in.rts
+	}
+}
+
+// maxPullsPerConn bounds the rendezvous PUTs a holder pulls at once for
+// the peer on one connection. The pulls share the context's windows, so
+// more at once would not move bytes faster.
+const maxPullsPerConn = 256
+
+// takePull counts a pull for conn's peer if it has fewer than
+// maxPullsPerConn; endPull ends it.
+func (in *Instance) takePull(conn *msgr.Conn) bool {
+	in.pullsMu.Lock()
+	defer in.pullsMu.Unlock()
+	if in.pulls[conn] >= maxPullsPerConn {
+		return false
+	}
+	if in.pulls == nil {
+		in.pulls = map[*msgr.Conn]int{}
+	}
+	in.pulls[conn]++
+	return true
+}
+
+func (in *Instance) endPull(conn *msgr.Conn) {
+	in.pullsMu.Lock()
+	defer in.pullsMu.Unlock()
+	if n := in.pulls[conn] - 1; n > 0 {
+		in.pulls[conn] = n
+	} else {
+		delete(in.pulls, conn)
 	}
 }
 
