@@ -142,12 +142,34 @@
 // data as a read-only handle, the receiver pulls it before it runs the
 // handler (input) or completes the request (output) and then releases
 // it. A target holds at most OverflowLimit bytes of such inputs for
-// requests it has not answered; beyond it requests wait, unpulled.
+// requests it has not answered; beyond it requests wait, unpulled, in
+// arrival order, until their origin's deadline.
 //
 // A transfer completes exactly once: with success, ErrCanceled (Abort),
 // ErrTimedOut, ErrUnreachable (its connection failed), the holder's
 // refusal (ErrNoPerm, ErrInvalid, ErrNotFound) or ErrShutdown. Once it
 // has completed, nothing more lands in its local buffer.
+//
+// # Peers that misbehave
+//
+// A peer can only hurt its own requests and transfers. Whatever it
+// sends is checked before anything is allocated or written, and a
+// message that breaks the protocol (a header that does not decode, a
+// reply to a request that went on another connection or a second reply,
+// bulk data or an acknowledgement that is not the next span asked for)
+// closes the connection it came on (msgr.Conn.Fault, with the reason;
+// MalformedMessages counts them): what was outstanding on it fails with
+// ErrUnreachable, and other connections and contexts go on. Bulk keys
+// are drawn from a cryptographically seeded generator: a handle's key is
+// the credential to its buffer (as in CaRT, a handle passed on to a third
+// party works for it), so keys must not be guessable, and an overflowing
+// output's handle is served only to the peer it answers. What peers
+// make a target hold is bounded: IncomingLimit bytes of unanswered
+// requests and OverflowLimit bytes of pulled inputs per context (the
+// self-test's bulk sends included), 256 rendezvous PUTs pulled at once
+// per connection; beyond these, requests are answered ErrBusy. A pull
+// for a peer ends by the target's own timeout, whatever deadline the
+// peer sets, and a pull of a reply's output ends with its request.
 //
 // # Wire format
 //
