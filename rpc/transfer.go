@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1076,7 +1077,9 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 	case b.perm&BulkWO == 0:
 		ack(CodeNoPerm)
 		return
-	case !b.inRange(h.Off, h.Len):
+	case !b.inRange(h.Off, h.Len), h.Off2 > math.MaxInt64-h.Len:
+		// (Off2 is the initiator's offset, which its own side checks;
+		// it must at least be an offset.)
 		ack(CodeInvalid)
 		return
 	}
