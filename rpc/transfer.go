@@ -128,6 +128,9 @@ type BulkTransfer struct {
 	tempReg bool
 	// direct: the transfer asked for the peer's addresses (startDirect).
 	direct bool
+	// spans asked for (GET) or sent (PUT) and not answered in full
+	// (guarded by the context's bmu).
+	spans []bulkSpan
 
 	// Guarded by the context's bmu.
 	state    uint8
@@ -462,6 +465,7 @@ func (c *Context) issueLocked(t *BulkTransfer, out []*msg.Message) []*msg.Messag
 			break
 		}
 		out = append(out, c.chunkMsg(t, t.next, n))
+		t.askedLocked(t.next, n)
 		t.next += n
 		t.inflight += n
 		c.inflight += n
@@ -484,6 +488,7 @@ func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
 		return false
 	}
 	*out = append(*out, c.chunkMsg(t, t.next, n))
+	t.askedLocked(t.next, n)
 	t.next += n
 	t.inflight += n
 	c.inflight += n
@@ -732,7 +737,7 @@ func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]
 		c.bmu.Lock()
 		defer c.bmu.Unlock()
 		t := c.xfers[h.Xfer]
-		if t == nil || t.conn != conn || t.d.Op != BulkGet || uint64(n) != h.Len || !t.nextAsked(h) {
+		if t == nil || t.conn != conn || t.d.Op != BulkGet || uint64(n) != h.Len || t.spanFor(h) < 0 {
 			return nil, nil, CodeNotFound
 		}
 		return t.d.Local.slice(dst, t.d.LocalOff+int64(h.Pos), int64(h.Len)), t, CodeOK
@@ -740,14 +745,42 @@ func (in *Instance) bulkDst(conn *msgr.Conn, h *wire.BulkHeader, n int, dst [][]
 	return nil, nil, CodeInvalid
 }
 
-// nextAsked reports whether h's span is the next one t expects: chunks
-// are answered in the order they were asked for (one connection, one
-// priority, served in arrival order), so a GET's data must start where
-// what has landed ends and stay within what was asked; a PUT's acks
-// likewise. Anything else is a duplicate or was never asked for.
-// Called with the context's bmu held.
-func (t *BulkTransfer) nextAsked(h *wire.BulkHeader) bool {
-	return h.Pos == uint64(t.acked) && h.Len <= uint64(t.next-t.acked)
+// bulkSpan is a span of a transfer asked for (a GET's request, a PUT's
+// chunk) and not yet answered in full: done bytes of it have landed.
+type bulkSpan struct {
+	pos, n, done int64
+}
+
+// askedLocked records that t asked for (GET) or sent (PUT) n bytes at
+// pos. Called with the context's bmu held, as are the two below.
+func (t *BulkTransfer) askedLocked(pos, n int64) {
+	t.spans = append(t.spans, bulkSpan{pos: pos, n: n})
+}
+
+// spanFor returns the span h answers, or -1: a holder answers a span
+// with pieces in order (possibly smaller than the span, by its own
+// chunk size), so a piece must start where what has landed of its span
+// ends and stay within it; spans themselves may be answered in any
+// order (they are sent by several goroutines). Anything else is a
+// duplicate or was never asked for; counting it would complete the
+// transfer with bytes missing.
+func (t *BulkTransfer) spanFor(h *wire.BulkHeader) int {
+	for i, s := range t.spans {
+		if h.Pos == uint64(s.pos+s.done) && h.Len > 0 && h.Len <= uint64(s.n-s.done) {
+			return i
+		}
+	}
+	return -1
+}
+
+// landSpan counts n bytes of span i as landed.
+func (t *BulkTransfer) landSpan(i int, n int64) {
+	s := &t.spans[i]
+	if s.done += n; s.done >= s.n {
+		last := len(t.spans) - 1
+		t.spans[i] = t.spans[last]
+		t.spans = t.spans[:last]
+	}
 }
 
 // PlaceData lands the data of bulk chunks straight in the registered
@@ -997,12 +1030,11 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 		// Late (the transfer ended) or not ours: nothing to do.
 	case h.RC != 0:
 		fin = append(fin, c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk GET refused"})...)
-	case !t.nextAsked(h) || uint64(data.Len()) != h.Len:
-		// A duplicate, or bytes never asked for: counting them would
-		// complete the transfer with bytes missing.
-		bad = fmt.Sprintf("bulk data [%d,+%d) of %d bytes for a GET expecting [%d,%d)", h.Pos, h.Len, data.Len(), t.acked, t.next)
+	case t.spanFor(h) < 0 || uint64(data.Len()) != h.Len:
+		bad = fmt.Sprintf("bulk data [%d,+%d) of %d bytes for a GET that did not ask for it", h.Pos, h.Len, data.Len())
 		fin = append(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data not asked for"})...)
 	default:
+		t.landSpan(t.spanFor(h), int64(h.Len))
 		if !placed {
 			t.d.Local.copyIn(t.d.LocalOff+int64(h.Pos), data)
 		}
@@ -1035,13 +1067,14 @@ func (in *Instance) ackArrived(conn *msgr.Conn, h *wire.BulkHeader) {
 		fin = c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk PUT refused"})
 	case h.Flags&wire.BulkFlagFinal != 0:
 		fin = c.landedLocked(t, t.d.Len-t.acked, sends)
-	case !t.nextAsked(h):
+	case t.spanFor(h) < 0:
 		// A duplicate ack, or one for bytes never sent: counting it could
 		// complete the PUT while its chunks (the caller's buffer) are
 		// still queued.
-		bad = fmt.Sprintf("bulk ack [%d,+%d) for a PUT expecting acks in [%d,%d)", h.Pos, h.Len, t.acked, t.next)
+		bad = fmt.Sprintf("bulk ack [%d,+%d) for a PUT that did not send it", h.Pos, h.Len)
 		fin = c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk ack for nothing sent"})
 	default:
+		t.landSpan(t.spanFor(h), int64(h.Len))
 		fin = c.landedLocked(t, int64(h.Len), sends)
 	}
 	c.bmu.Unlock()
