@@ -424,7 +424,7 @@ func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn) *Bulk {
 	b.conn = conn
 	in.bulks.add(b)
 	if conn == nil {
-		return b // a request's input, tied to its connection later
+		return b // a request's input: any peer that has its key may pull it
 	}
 	select {
 	case <-conn.Done():

@@ -607,6 +607,11 @@ func (c *Context) expire() {
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
+	// A request that began to wait after the sweep armed the timer with
+	// the deadline just overwritten: arm it again.
+	if next := c.ovfEarliest(); next != 0 {
+		c.armAt(next)
+	}
 }
 
 // pushWork queues an item for progress; false once the context is closed.

@@ -406,3 +406,38 @@ func TestHostileUnpulledOutputExpires(t *testing.T) {
 	default:
 	}
 }
+
+// One hostile connection queues k overflowing requests (no deadline)
+// whose inputs it never serves. Each admitted pull holds the budget for
+// the target's own timeout (200 ms), and each waiting request waits no
+// longer than that timeout either, so an honest origin's overflowing
+// request with a 2 s deadline is served (it waited k*200 ms when only
+// the origin's deadline ended a wait).
+func TestHostileOverflowQueueBounded(t *testing.T) {
+	n := newNet()
+	const limit = 64 << 10
+	srv := n.server(t, 0, 1, rpc.Options{Timeout: 200 * time.Millisecond, Bulk: rpc.BulkOptions{OverflowLimit: limit}}, echoProto())
+	evil := newRawPeer(t, n, "")
+	conn, err := evil.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 20
+	for i := range k {
+		h := wire.Header{Opcode: uint32(opOvfEcho), Flags: wire.FlagBulkIn | wire.FlagHasData}
+		if err := conn.Send(rpcMsg(wire.TypeRequest, uint64(i+1), h, ovfDesc(0xdead+uint64(i), limit), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the hostile inputs queued", func() bool { return srv.Context(0).BulkStats().OverflowWaiting == k-1 })
+	cli := n.client(t, rpc.Options{}, []*rpc.Instance{srv})
+	c := newCtx(t, cli, rpc.ContextOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	in := make(rpc.Bytes, 32<<10)
+	var out rpc.Bytes
+	if err := c.Call(ctx, rpc.Endpoint{}, opOvfEcho, in, &out); err != nil {
+		t.Fatalf("honest overflowing request (2 s deadline) starved behind %d never-served inputs of one connection (target timeout 200 ms): %v; server bulk stats %+v",
+			k, err, srv.Context(0).BulkStats())
+	}
+}

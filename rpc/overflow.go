@@ -2,6 +2,8 @@ package rpc
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/ferrymsg/ferry/internal/bufpool"
 
@@ -19,16 +21,34 @@ import (
 // caller and the handler see the data segment as usual.
 
 // maxOverflowWaiting bounds the requests a context keeps waiting for
-// overflow budget; beyond it they are answered CodeBusy.
-const maxOverflowWaiting = 4096
+// overflow budget, and maxOverflowWaitingPerConn those of one
+// connection; beyond them requests are answered CodeBusy.
+const (
+	maxOverflowWaiting        = 4096
+	maxOverflowWaitingPerConn = 256
+)
+
+// ovfWaitingFrom returns how many waiting requests came on conn. Called
+// with bmu held.
+func (c *Context) ovfWaitingFrom(conn any) int {
+	n := 0
+	for _, w := range c.ovfWait {
+		if w.r.conn == conn {
+			n++
+		}
+	}
+	return n
+}
 
 // overflowState is a context's budget for the inputs it pulls for
 // requests (overflowing inputs, and the self-test's bulk sends). Guarded
 // by the context's bmu.
 type overflowState struct {
-	ovfBytes  int64       // bytes of pulled inputs held
-	ovfWait   []ovfWaiter // requests waiting for budget, in arrival order
-	ovfClosed bool        // the context is closing: admit nothing more
+	ovfBytes  int64          // bytes of pulled inputs held
+	ovfWait   []ovfWaiter    // requests waiting for budget, in arrival order
+	ovfClosed bool           // the context is closing: admit nothing more
+	ovfSeq    uint64         // admissions so far
+	ovfTurn   map[any]uint64 // connection (Incoming.conn) → ovfSeq of its last admission, while requests wait
 }
 
 // ovfWaiter is a request waiting for n bytes of overflow budget.
@@ -64,7 +84,7 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 	case c.ovfClosed:
 		c.bmu.Unlock()
 		r.failCode(CodeShutdown, "context closed")
-	case len(c.ovfWait) >= maxOverflowWaiting:
+	case len(c.ovfWait) >= maxOverflowWaiting || c.ovfWaitingFrom(r.conn) >= maxOverflowWaitingPerConn:
 		c.bmu.Unlock()
 		r.failCode(CodeBusy, "too many requests wait for overflow budget")
 	case len(c.ovfWait) > 0 || !c.ovfFits(n):
@@ -93,7 +113,8 @@ func (c *Context) ovfFits(n int64) bool {
 func (c *Context) startPull(r *Incoming) {
 	r.ovfBytes = r.ovfLen
 	conn, _ := r.conn.(*msgr.Conn)
-	if conn == nil {
+	if conn == nil || conn.Err() != nil {
+		// (Admitted after its connection failed: allocate nothing.)
 		r.failCode(CodeUnreachable, "no connection to pull the input from")
 		return
 	}
@@ -130,19 +151,46 @@ func (c *Context) overflowDone(n int64) {
 	c.bmu.Lock()
 	c.ovfBytes -= n
 	for len(c.ovfWait) > 0 && !c.ovfClosed {
-		w := c.ovfWait[0]
+		i := c.ovfNextLocked()
+		w := c.ovfWait[i]
 		if !c.ovfFits(w.n) {
-			break
+			break // the others do not overtake it
 		}
-		c.ovfWait[0] = ovfWaiter{}
-		c.ovfWait = c.ovfWait[1:]
+		c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
 		c.ovfBytes += w.n
+		c.ovfSeq++
+		if c.ovfTurn == nil {
+			c.ovfTurn = map[any]uint64{}
+		}
+		c.ovfTurn[w.r.conn] = c.ovfSeq
 		admit = append(admit, w.start)
+	}
+	if len(c.ovfWait) == 0 {
+		clear(c.ovfTurn) // nobody waits: no turn to keep
 	}
 	c.bmu.Unlock()
 	for _, start := range admit {
 		start()
 	}
+}
+
+// ovfNextLocked returns the index of the waiting request to admit next:
+// connections take turns (the earliest waiter of the connection admitted
+// longest ago, or never), so that one peer's requests, however many,
+// delay another peer's by at most one admission each; within a
+// connection, arrival order. Called with bmu held and ovfWait not empty.
+func (c *Context) ovfNextLocked() int {
+	best, bestTurn := 0, uint64(math.MaxUint64)
+	for i, w := range c.ovfWait {
+		turn := c.ovfTurn[w.r.conn] // 0: never admitted
+		if turn < bestTurn {
+			best, bestTurn = i, turn
+			if turn == 0 {
+				break
+			}
+		}
+	}
+	return best
 }
 
 // failOverflowWaiters answers the requests still waiting for budget;
@@ -156,6 +204,20 @@ func (c *Context) failOverflowWaiters() {
 	for _, w := range ws {
 		w.r.failCode(CodeShutdown, "context closed")
 	}
+}
+
+// ovfEarliest returns the earliest time a waiting request gives up (0:
+// none waits).
+func (c *Context) ovfEarliest() int64 {
+	c.bmu.Lock()
+	defer c.bmu.Unlock()
+	var next int64
+	for _, w := range c.ovfWait {
+		if next == 0 || w.until < next {
+			next = w.until
+		}
+	}
+	return next
 }
 
 // expireOverflowWaiters answers the waiting requests whose origin's

@@ -938,13 +938,16 @@ func (in *Instance) bulkReply(conn *msgr.Conn, req *wire.BulkHeader, op uint8, r
 // without data CRCs (Options.NoDataCRC). A chunk sent from the reader
 // goroutine that asked for it is written by that goroutine, without a
 // hand-off to the connection's writer.
-func (in *Instance) bulkData(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) {
+// bulkData sends a piece of a span; false if the connection refused it.
+func (in *Instance) bulkData(conn *msgr.Conn, req *wire.BulkHeader, op uint8, data [][]byte) bool {
 	h := wire.BulkHeader{Op: op, SrcTag: req.DstTag, DstTag: req.SrcTag, Xfer: req.Xfer,
 		Key: req.Key, Off: req.Off, Pos: req.Pos, Len: req.Len}
 	m := bulkMsg(&h, data, msg.PrioLow)
 	if err := conn.Send(m); err != nil {
 		m.Done()
+		return false
 	}
+	return true
 }
 
 func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
@@ -969,7 +972,13 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 	for done := uint64(0); done < h.Len || h.Len == 0; {
 		n := min(chunk, h.Len-done)
 		piece.Off, piece.Pos, piece.Len = h.Off+done, h.Pos+done, n
-		in.bulkData(conn, &piece, wire.BulkData, b.slice(nil, int64(piece.Off), int64(n)))
+		if !in.bulkData(conn, &piece, wire.BulkData, b.slice(nil, int64(piece.Off), int64(n))) {
+			// The connection is gone or its queue is full (its peer does
+			// not read): the rest of the span would not follow in order,
+			// so none of it goes, and the initiator's transfer ends by
+			// its timeout or the connection's failure.
+			break
+		}
 		done += n
 		if h.Len == 0 {
 			break
