@@ -21,7 +21,7 @@ type rawPeer struct {
 
 // newRawPeer starts a raw messenger; with listen set it binds
 // n.prefix+listen so that rpc instances can add it as a rank.
-func newRawPeer(t *testing.T, n *testNet, listen string) *rawPeer {
+func newRawPeer(t testing.TB, n *testNet, listen string) *rawPeer {
 	t.Helper()
 	m, err := msgr.New(msgr.Config{Transports: n.reg, Logger: quietLogger()})
 	if err != nil {
