@@ -8,7 +8,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
@@ -73,9 +72,6 @@ type Bulk struct {
 	// conn, for an overflow handle, is the connection of the peer that
 	// pulls it: the handle is freed if that connection fails.
 	conn *msgr.Conn
-	// expiry, for an overflowing output, frees it if its requester
-	// neither pulls nor releases it in time (expireIn); Free stops it.
-	expiry atomic.Pointer[time.Timer]
 
 	// seg1 and off1 hold segs and offs of a one-segment handle (the
 	// common case, and every overflow handle) without two allocations.
@@ -216,9 +212,6 @@ func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return
 	}
-	if t := b.expiry.Swap(nil); t != nil {
-		t.Stop() // it would keep b, and its buffers, until it fired
-	}
 	b.in.bulks.remove(b.key)
 	// Rendezvous PUTs being pulled into b for peers stop (their
 	// initiators get ErrNotFound); the write each holds ends when its
@@ -237,18 +230,6 @@ func (b *Bulk) Free() {
 		b.wdone.Wait()
 	}
 	b.wmu.Unlock()
-}
-
-// expireIn frees b after d unless it is freed before.
-func (b *Bulk) expireIn(d time.Duration) {
-	t := time.AfterFunc(d, b.Free)
-	b.expiry.Store(t)
-	if b.freed.Load() {
-		// Free ran before the timer was stored.
-		if t := b.expiry.Swap(nil); t != nil {
-			t.Stop()
-		}
-	}
 }
 
 // acquireWrite registers a peer's write into b; false if b was freed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,9 @@ func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	// Request ids differ from those of an earlier context with this tag:
+	// its late replies must not complete this one's requests.
+	c.tr.SetGenBase(mrand.Uint32())
 	c.readyPool.New = func() any { return new(track.Ready[*request]) }
 	c.xfers = map[uint64]*BulkTransfer{}
 	c.perConn = map[*msgr.Conn]int64{}

@@ -264,16 +264,6 @@ func (r *Incoming) reply(out Input) error {
 				// The origin pulls the output and then releases the
 				// handle (or its connection fails).
 				ovf = r.in.overflowBulk(data, conn)
-				// A requester that neither pulls nor releases it (it
-				// gave up, or misbehaves) does not pin it for as long
-				// as its connection lasts: its pull cannot outlive its
-				// deadline, and a requester without one gets this
-				// side's timeout to pull.
-				keep := r.c.Timeout()
-				if rem, ok := r.Remaining(); ok {
-					keep += max(rem, 0)
-				}
-				ovf.expireIn(keep)
 				h.Flags |= wire.FlagBulkOut
 				front = insertOverflow(front, ovf.key, uint64(n))
 				data = data[:0]

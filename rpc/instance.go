@@ -44,8 +44,9 @@ type Instance struct {
 	laneMu sync.Mutex
 	lane   *msgr.Messenger
 
-	bulks bulkRegistry // registered buffers by key
-	rts   sync.Map     // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
+	bulks    bulkRegistry  // registered buffers by key
+	rts      sync.Map      // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
+	nextXfer atomic.Uint64 // the last transfer id given out (ids are unique in the instance)
 	// pulls counts the rendezvous PUTs being pulled per connection
 	// (maxPullsPerConn).
 	pullsMu sync.Mutex

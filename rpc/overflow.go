@@ -28,34 +28,28 @@ const (
 	maxOverflowWaitingPerConn = 256
 )
 
-// ovfWaitingFrom returns how many waiting requests came on conn. Called
-// with bmu held.
-func (c *Context) ovfWaitingFrom(conn any) int {
-	n := 0
-	for _, w := range c.ovfWait {
-		if w.r.conn == conn {
-			n++
-		}
-	}
-	return n
-}
-
 // overflowState is a context's budget for the inputs it pulls for
 // requests (overflowing inputs, and the self-test's bulk sends). Guarded
 // by the context's bmu.
 type overflowState struct {
-	ovfBytes  int64          // bytes of pulled inputs held
-	ovfWait   []ovfWaiter    // requests waiting for budget, in arrival order
-	ovfClosed bool           // the context is closing: admit nothing more
-	ovfSeq    uint64         // admissions so far
-	ovfTurn   map[any]uint64 // connection (Incoming.conn) → ovfSeq of its last admission, while requests wait
+	ovfBytes  int64                 // bytes of pulled inputs held
+	ovfWait   []ovfWaiter           // requests waiting for budget, in arrival order
+	ovfConns  map[any]*ovfConnState // the connections (Incoming.conn) that have requests waiting
+	ovfSeq    uint64                // admissions so far
+	ovfClosed bool                  // the context is closing: admit nothing more
+}
+
+// ovfConnState is a connection's place in the turns for overflow budget.
+type ovfConnState struct {
+	waiting int    // its requests waiting
+	turn    uint64 // ovfSeq when it last had a request admitted, or began to wait
 }
 
 // ovfWaiter is a request waiting for n bytes of overflow budget.
 type ovfWaiter struct {
 	r     *Incoming
 	n     int64
-	until int64  // the origin's deadline in in.now() time (0: none)
+	until int64  // when it gives up waiting, in in.now() time
 	start func() // runs once the budget is taken
 }
 
@@ -80,26 +74,95 @@ func (c *Context) pullInput(r *Incoming) {
 // at its origin's deadline if it is still waiting then.
 func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 	c.bmu.Lock()
-	switch {
-	case c.ovfClosed:
+	if c.ovfClosed {
 		c.bmu.Unlock()
 		r.failCode(CodeShutdown, "context closed")
-	case len(c.ovfWait) >= maxOverflowWaiting || c.ovfWaitingFrom(r.conn) >= maxOverflowWaitingPerConn:
-		c.bmu.Unlock()
-		r.failCode(CodeBusy, "too many requests wait for overflow budget")
-	case len(c.ovfWait) > 0 || !c.ovfFits(n):
-		w := ovfWaiter{r: r, n: n, start: start}
-		if rem, ok := r.Remaining(); ok {
-			w.until = max(c.in.now()+int64(rem), 1)
-		}
-		c.ovfWait = append(c.ovfWait, w)
-		c.bmu.Unlock()
-		c.armAt(w.until)
-	default:
+		return
+	}
+	if len(c.ovfWait) == 0 && c.ovfFits(n) {
 		c.ovfBytes += n
 		c.bmu.Unlock()
 		start()
+		return
 	}
+	cs := c.ovfConns[r.conn]
+	mine := 0
+	if cs != nil {
+		mine = cs.waiting
+	}
+	var evicted *Incoming
+	if mine >= maxOverflowWaitingPerConn {
+		c.bmu.Unlock()
+		r.failCode(CodeBusy, "too many requests of this connection wait for overflow budget")
+		return
+	}
+	if len(c.ovfWait) >= maxOverflowWaiting {
+		// Full: the connection with the most requests waiting gives up
+		// its newest for this one, if it has more than this one's.
+		if i := c.ovfNewestOfLargest(mine + 1); i >= 0 {
+			evicted = c.ovfRemoveLocked(i).r
+		} else {
+			c.bmu.Unlock()
+			r.failCode(CodeBusy, "too many requests wait for overflow budget")
+			return
+		}
+	}
+	// It waits until its origin's deadline, and at most twice this
+	// side's timeout (a pull that holds the budget lasts at most one), so
+	// that requests without a deadline cannot hold the queue for ever.
+	now := c.in.now()
+	w := ovfWaiter{r: r, n: n, start: start, until: now + 2*int64(c.Timeout())}
+	if rem, ok := r.Remaining(); ok {
+		w.until = max(min(w.until, now+int64(rem)), 1)
+	}
+	if cs == nil {
+		if c.ovfConns == nil {
+			c.ovfConns = map[any]*ovfConnState{}
+		}
+		cs = &ovfConnState{turn: c.ovfSeq} // it joins the back of the turns
+		c.ovfConns[r.conn] = cs
+	}
+	cs.waiting++
+	c.ovfWait = append(c.ovfWait, w)
+	c.bmu.Unlock()
+	if evicted != nil {
+		evicted.failCode(CodeBusy, "too many requests wait for overflow budget")
+	}
+	c.armAt(w.until)
+}
+
+// ovfRemoveLocked removes waiter i and returns it. Called with bmu held.
+func (c *Context) ovfRemoveLocked(i int) ovfWaiter {
+	w := c.ovfWait[i]
+	c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
+	if cs := c.ovfConns[w.r.conn]; cs != nil {
+		if cs.waiting--; cs.waiting <= 0 {
+			delete(c.ovfConns, w.r.conn)
+		}
+	}
+	return w
+}
+
+// ovfNewestOfLargest returns the index of the newest waiter of the
+// connection with the most waiters, if it has more than than, or -1.
+// Called with bmu held.
+func (c *Context) ovfNewestOfLargest(than int) int {
+	var big any
+	most := than
+	for conn, cs := range c.ovfConns {
+		if cs.waiting > most {
+			big, most = conn, cs.waiting
+		}
+	}
+	if big == nil {
+		return -1
+	}
+	for i := len(c.ovfWait) - 1; i >= 0; i-- {
+		if c.ovfWait[i].r.conn == big {
+			return i
+		}
+	}
+	return -1
 }
 
 // ovfFits reports whether an input of n bytes may be pulled now. One
@@ -152,21 +215,16 @@ func (c *Context) overflowDone(n int64) {
 	c.ovfBytes -= n
 	for len(c.ovfWait) > 0 && !c.ovfClosed {
 		i := c.ovfNextLocked()
-		w := c.ovfWait[i]
-		if !c.ovfFits(w.n) {
+		if !c.ovfFits(c.ovfWait[i].n) {
 			break // the others do not overtake it
 		}
-		c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
-		c.ovfBytes += w.n
 		c.ovfSeq++
-		if c.ovfTurn == nil {
-			c.ovfTurn = map[any]uint64{}
+		if cs := c.ovfConns[c.ovfWait[i].r.conn]; cs != nil {
+			cs.turn = c.ovfSeq
 		}
-		c.ovfTurn[w.r.conn] = c.ovfSeq
+		w := c.ovfRemoveLocked(i)
+		c.ovfBytes += w.n
 		admit = append(admit, w.start)
-	}
-	if len(c.ovfWait) == 0 {
-		clear(c.ovfTurn) // nobody waits: no turn to keep
 	}
 	c.bmu.Unlock()
 	for _, start := range admit {
@@ -175,19 +233,16 @@ func (c *Context) overflowDone(n int64) {
 }
 
 // ovfNextLocked returns the index of the waiting request to admit next:
-// connections take turns (the earliest waiter of the connection admitted
-// longest ago, or never), so that one peer's requests, however many,
-// delay another peer's by at most one admission each; within a
-// connection, arrival order. Called with bmu held and ovfWait not empty.
+// connections take turns (the earliest waiter of the connection whose
+// turn is oldest: it was admitted, or began to wait, longest ago), so
+// that one peer's requests, however many, delay another's by at most one
+// admission per connection waiting; within a connection, arrival order.
+// Called with bmu held and ovfWait not empty.
 func (c *Context) ovfNextLocked() int {
 	best, bestTurn := 0, uint64(math.MaxUint64)
 	for i, w := range c.ovfWait {
-		turn := c.ovfTurn[w.r.conn] // 0: never admitted
-		if turn < bestTurn {
-			best, bestTurn = i, turn
-			if turn == 0 {
-				break
-			}
+		if cs := c.ovfConns[w.r.conn]; cs != nil && cs.turn < bestTurn {
+			best, bestTurn = i, cs.turn
 		}
 	}
 	return best
@@ -199,6 +254,7 @@ func (c *Context) failOverflowWaiters() {
 	c.bmu.Lock()
 	ws := c.ovfWait
 	c.ovfWait = nil
+	clear(c.ovfConns)
 	c.ovfClosed = true
 	c.bmu.Unlock()
 	for _, w := range ws {
@@ -213,7 +269,7 @@ func (c *Context) ovfEarliest() int64 {
 	defer c.bmu.Unlock()
 	var next int64
 	for _, w := range c.ovfWait {
-		if next == 0 || w.until < next {
+		if w.until != 0 && (next == 0 || w.until < next) {
 			next = w.until
 		}
 	}
@@ -238,6 +294,11 @@ func (c *Context) expireOverflowWaiters(now int64) int64 {
 		if d := w.until; d != 0 {
 			if d <= now {
 				expired = append(expired, w.r)
+				if cs := c.ovfConns[w.r.conn]; cs != nil {
+					if cs.waiting--; cs.waiting <= 0 {
+						delete(c.ovfConns, w.r.conn)
+					}
+				}
 				continue
 			}
 			if next == 0 || d < next {
@@ -253,7 +314,7 @@ func (c *Context) expireOverflowWaiters(now int64) int64 {
 		return next
 	}
 	for _, r := range expired {
-		r.failCode(CodeTimedOut, "the origin's deadline passed while the input waited for overflow budget")
+		r.failCode(CodeTimedOut, "the input waited for overflow budget until its deadline or twice this side's timeout")
 	}
 	// The head may have been what blocked the others.
 	c.overflowDone(0)

@@ -178,7 +178,6 @@ func (t *BulkTransfer) Abort() bool {
 type bulkState struct {
 	bmu      sync.Mutex
 	xfers    map[uint64]*BulkTransfer
-	nextX    uint64
 	inflight int64                // bytes in flight over all transfers
 	perConn  map[*msgr.Conn]int64 // bytes in flight per connection
 	parked   []*BulkTransfer      // transfers waiting for the context's or a connection's window
@@ -359,8 +358,10 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 		}
 		return nil, &Error{Code: CodeShutdown}
 	}
-	c.nextX++
-	t.id = c.nextX
+	// Ids are unique in the instance, not only in the context: a tag is
+	// reused after its context closes, and late answers to the old
+	// context's transfers must not match the new one's.
+	t.id = c.in.nextXfer.Add(1)
 	c.xfers[t.id] = t
 	if to > 0 && d.Len > 0 {
 		t.timer = time.AfterFunc(to, func() { t.fail(&Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"}) })
@@ -1074,9 +1075,9 @@ func (in *Instance) ackArrived(conn *msgr.Conn, h *wire.BulkHeader) {
 	case t == nil || t.state != xActive || t.conn != conn || t.d.Op != BulkPut:
 	case h.RC != 0:
 		fin = c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk PUT refused"})
-	case h.Flags&wire.BulkFlagFinal != 0:
+	case h.Flags&wire.BulkFlagFinal != 0 && t.proto == Rendezvous:
 		fin = c.landedLocked(t, t.d.Len-t.acked, sends)
-	case t.spanFor(h) < 0:
+	case h.Flags&wire.BulkFlagFinal != 0 || t.spanFor(h) < 0:
 		// A duplicate ack, or one for bytes never sent: counting it could
 		// complete the PUT while its chunks (the caller's buffer) are
 		// still queued.

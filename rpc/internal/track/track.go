@@ -169,6 +169,7 @@ type slot[T any] struct {
 // usable; call New. Not safe for concurrent use.
 type Tracker[T any] struct {
 	credits int
+	genBase uint32 // the generation a new slot starts from (SetGenBase)
 	slots   []slot[T]
 	free    []uint32 // free slot indexes, used LIFO
 	eps     map[uint64]*endpoint[T]
@@ -182,6 +183,13 @@ type Tracker[T any] struct {
 func New[T any](credits int) *Tracker[T] {
 	return &Tracker[T]{credits: max(credits, 0), eps: make(map[uint64]*endpoint[T])}
 }
+
+// SetGenBase makes the generations of the tracker's slots, the high half
+// of its ids, start after g rather than after 0. A tracker that takes
+// over another's ids (a context reusing a closed context's tag) is given
+// a different base, so that late replies to the old one's entries do not
+// match the new one's. Call it before the first Submit.
+func (t *Tracker[T]) SetGenBase(g uint32) { t.genBase = g }
 
 // Credits returns the in-flight limit per endpoint (0: unlimited).
 func (t *Tracker[T]) Credits() int { return t.credits }
@@ -225,7 +233,7 @@ func (t *Tracker[T]) Submit(e *Entry[T], key uint64, deadline int64, flags Submi
 		idx = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		t.slots = append(t.slots, slot[T]{})
+		t.slots = append(t.slots, slot[T]{gen: t.genBase})
 		idx = uint32(len(t.slots) - 1)
 	}
 	s := &t.slots[idx]
