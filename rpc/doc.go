@@ -142,8 +142,9 @@
 // data as a read-only handle, the receiver pulls it before it runs the
 // handler (input) or completes the request (output) and then releases
 // it. A target holds at most OverflowLimit bytes of such inputs for
-// requests it has not answered; beyond it requests wait, unpulled, in
-// arrival order, until their origin's deadline.
+// requests it has not answered; beyond it requests wait, unpulled,
+// connections taking turns (in arrival order within one), until their
+// origin's deadline or twice the target's timeout.
 //
 // A transfer completes exactly once: with success, ErrCanceled (Abort),
 // ErrTimedOut, ErrUnreachable (its connection failed), the holder's
