@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -86,3 +87,14 @@ func rawBulk(h wire.BulkHeader, data []byte) *msg.Message {
 }
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// connectRaw starts a raw peer on n and connects it to srv.
+func connectRaw(t testing.TB, n *testNet, srv *rpc.Instance) (*rawPeer, *msgr.Conn) {
+	t.Helper()
+	p := newRawPeer(t, n, "")
+	conn, err := p.m.Connect(srv.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, conn
+}

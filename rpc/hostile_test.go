@@ -128,11 +128,7 @@ func TestHostileGetOtherConnOverflowHandle(t *testing.T) {
 func TestHostileMalformedBulkClosesConn(t *testing.T) {
 	n := newNet()
 	srv := n.server(t, 0, 1, rpc.Options{}, echoProto())
-	evil := newRawPeer(t, n, "")
-	conn, err := evil.m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, conn := connectRaw(t, n, srv)
 	bad := rawBulk(wire.BulkHeader{Op: wire.BulkGetReq}, nil)
 	bad.Front[0][1] = 0xEE // no such bulk operation
 	if err := conn.Send(bad); err != nil {
@@ -160,11 +156,7 @@ func TestHostileOverflowDeadlineHoldsBudget(t *testing.T) {
 	const limit = 64 << 10
 	srv := n.server(t, 0, 1, rpc.Options{Timeout: 200 * time.Millisecond, Bulk: rpc.BulkOptions{OverflowLimit: limit}}, echoProto())
 
-	evil := newRawPeer(t, n, "")
-	conn, err := evil.m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
+	evil, conn := connectRaw(t, n, srv)
 	h := wire.Header{
 		Opcode: uint32(opOvfEcho), Flags: wire.FlagBulkIn | wire.FlagDeadline | wire.FlagHasData,
 		Deadline: time.Now().Add(100 * 365 * 24 * time.Hour).UnixNano(),
@@ -185,7 +177,7 @@ func TestHostileOverflowDeadlineHoldsBudget(t *testing.T) {
 	defer cancel()
 	in := make(rpc.Bytes, 32<<10)
 	var out rpc.Bytes
-	err = c.Call(ctx, rpc.Endpoint{}, opOvfEcho, in, &out)
+	err := c.Call(ctx, rpc.Endpoint{}, opOvfEcho, in, &out)
 	if err != nil {
 		t.Fatalf("honest overflowing request starved by the hostile peer's pull (server timeout 200 ms, waited 10 s): %v; server bulk stats %+v",
 			err, srv.Context(0).BulkStats())
@@ -318,11 +310,7 @@ func TestHostileDuplicateAckCompletesPut(t *testing.T) {
 func TestHostileSelfTestWithinBudget(t *testing.T) {
 	n := newNet()
 	srv := n.server(t, 0, 1, rpc.Options{Bulk: rpc.BulkOptions{OverflowLimit: 1 << 20}})
-	evil := newRawPeer(t, n, "")
-	conn, err := evil.m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, conn := connectRaw(t, n, srv)
 	const k, each = 8, 8 << 20
 	for i := range k {
 		in := rpc.SelfTestInput{SendBulk: &rpc.BulkHandle{Key: uint64(1000 + i), Len: each, Perm: rpc.BulkRO}}
@@ -354,11 +342,7 @@ func TestHostileRTSBounded(t *testing.T) {
 	n := newNet()
 	srv := n.server(t, 0, 1, rpc.Options{})
 	target := register(t, srv, [][]byte{make([]byte, 4096)}, rpc.BulkWO)
-	evil := newRawPeer(t, n, "")
-	conn, err := evil.m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
+	evil, conn := connectRaw(t, n, srv)
 	const k, max = 300, 256
 	for i := range k {
 		rts := wire.BulkHeader{Op: wire.BulkRTS, Xfer: uint64(i + 1), Key: target.Handle().Key, Len: 4096, Key2: 77}
@@ -395,11 +379,7 @@ func TestHostileOverflowQueueBounded(t *testing.T) {
 	n := newNet()
 	const limit = 64 << 10
 	srv := n.server(t, 0, 1, rpc.Options{Timeout: 200 * time.Millisecond, Bulk: rpc.BulkOptions{OverflowLimit: limit}}, echoProto())
-	evil := newRawPeer(t, n, "")
-	conn, err := evil.m.Connect(srv.URI())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, conn := connectRaw(t, n, srv)
 	const k = 20
 	for i := range k {
 		h := wire.Header{Opcode: uint32(opOvfEcho), Flags: wire.FlagBulkIn | wire.FlagHasData}
