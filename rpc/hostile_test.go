@@ -189,18 +189,7 @@ func TestHostileOverflowDeadlineHoldsBudget(t *testing.T) {
 // (the GET would succeed with half its buffer unwritten): the GET fails
 // as malformed and the holder's connection is closed.
 func TestHostileDuplicateDataCompletesGet(t *testing.T) {
-	n := newNet()
-	evil := newRawPeer(t, n, "holder")
-	cli, err := rpc.New(rpc.Options{Transports: n.reg, Logger: quietLogger(),
-		Bulk: rpc.BulkOptions{EagerLimit: 1024, ChunkSize: 4096, Window: 8192}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := cli.Group().Add(1, evil.uri); err != nil {
-		t.Fatal(err)
-	}
-	c := newCtx(t, cli, rpc.ContextOptions{})
+	evil, cli, c := rawHolder(t)
 	const size = 8192
 	buf := make([]byte, size)
 	local, err := cli.NewBulk([][]byte{buf}, rpc.BulkWO)
@@ -255,18 +244,7 @@ func TestHostileDuplicateDataCompletesGet(t *testing.T) {
 // while that chunk, the caller's buffer, may still be queued): the PUT
 // fails as malformed and the holder's connection is closed.
 func TestHostileDuplicateAckCompletesPut(t *testing.T) {
-	n := newNet()
-	evil := newRawPeer(t, n, "holder")
-	cli, err := rpc.New(rpc.Options{Transports: n.reg, Logger: quietLogger(),
-		Bulk: rpc.BulkOptions{EagerLimit: 1024, ChunkSize: 4096, Window: 8192, SegmentLimit: 1 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := cli.Group().Add(1, evil.uri); err != nil {
-		t.Fatal(err)
-	}
-	c := newCtx(t, cli, rpc.ContextOptions{})
+	evil, cli, c := rawHolder(t)
 	const size = 8192
 	local, err := cli.NewBulk([][]byte{make([]byte, size)}, rpc.BulkRO)
 	if err != nil {
@@ -398,4 +376,23 @@ func TestHostileOverflowQueueBounded(t *testing.T) {
 		t.Fatalf("honest overflowing request (2 s deadline) starved behind %d never-served inputs of one connection (target timeout 200 ms): %v; server bulk stats %+v",
 			k, err, srv.Context(0).BulkStats())
 	}
+}
+
+// rawHolder starts a raw peer as rank 1 and a client instance (4 KiB
+// chunks in an 8 KiB window, PUTs pushed up to 1 MiB) with a context
+// that reaches it.
+func rawHolder(t *testing.T) (*rawPeer, *rpc.Instance, *rpc.Context) {
+	t.Helper()
+	n := newNet()
+	evil := newRawPeer(t, n, "holder")
+	cli, err := rpc.New(rpc.Options{Transports: n.reg, Logger: quietLogger(),
+		Bulk: rpc.BulkOptions{EagerLimit: 1024, ChunkSize: 4096, Window: 8192, SegmentLimit: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(1, evil.uri); err != nil {
+		t.Fatal(err)
+	}
+	return evil, cli, newCtx(t, cli, rpc.ContextOptions{})
 }
