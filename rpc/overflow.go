@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/ferrymsg/ferry/internal/bufpool"
@@ -36,13 +35,14 @@ type overflowState struct {
 	ovfWait   []ovfWaiter           // requests waiting for budget, in arrival order
 	ovfConns  map[any]*ovfConnState // the connections (Incoming.conn) that have requests waiting
 	ovfSeq    uint64                // admissions so far
+	ovfLast   any                   // the connection admitted last
 	ovfClosed bool                  // the context is closing: admit nothing more
 }
 
 // ovfConnState is a connection's place in the turns for overflow budget.
 type ovfConnState struct {
 	waiting int    // its requests waiting
-	turn    uint64 // ovfSeq when it last had a request admitted, or began to wait
+	turn    uint64 // ovfSeq when it last had a request admitted, or when it began to wait
 }
 
 // ovfWaiter is a request waiting for n bytes of overflow budget.
@@ -81,6 +81,8 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 	}
 	if len(c.ovfWait) == 0 && c.ovfFits(n) {
 		c.ovfBytes += n
+		c.ovfSeq++
+		c.ovfLast = r.conn
 		c.bmu.Unlock()
 		start()
 		return
@@ -119,7 +121,9 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 		if c.ovfConns == nil {
 			c.ovfConns = map[any]*ovfConnState{}
 		}
-		cs = &ovfConnState{turn: c.ovfSeq} // it joins the back of the turns
+		// It joins the back of the turns (ahead of the connection
+		// admitted last, which loses ties).
+		cs = &ovfConnState{turn: c.ovfSeq}
 		c.ovfConns[r.conn] = cs
 	}
 	cs.waiting++
@@ -219,7 +223,8 @@ func (c *Context) overflowDone(n int64) {
 			break // the others do not overtake it
 		}
 		c.ovfSeq++
-		if cs := c.ovfConns[c.ovfWait[i].r.conn]; cs != nil {
+		c.ovfLast = c.ovfWait[i].r.conn
+		if cs := c.ovfConns[c.ovfLast]; cs != nil {
 			cs.turn = c.ovfSeq
 		}
 		w := c.ovfRemoveLocked(i)
@@ -234,18 +239,24 @@ func (c *Context) overflowDone(n int64) {
 
 // ovfNextLocked returns the index of the waiting request to admit next:
 // connections take turns (the earliest waiter of the connection whose
-// turn is oldest: it was admitted, or began to wait, longest ago), so
+// turn is oldest: it was admitted, or began to wait, longest ago; the
+// connection admitted last loses ties), so
 // that one peer's requests, however many, delay another's by at most one
 // admission per connection waiting; within a connection, arrival order.
 // Called with bmu held and ovfWait not empty.
 func (c *Context) ovfNextLocked() int {
-	best, bestTurn := 0, uint64(math.MaxUint64)
+	best, bestTurn, bestLast := -1, uint64(0), false
 	for i, w := range c.ovfWait {
-		if cs := c.ovfConns[w.r.conn]; cs != nil && cs.turn < bestTurn {
-			best, bestTurn = i, cs.turn
+		cs := c.ovfConns[w.r.conn]
+		if cs == nil {
+			continue
+		}
+		last := w.r.conn == c.ovfLast
+		if best < 0 || cs.turn < bestTurn || (cs.turn == bestTurn && bestLast && !last) {
+			best, bestTurn, bestLast = i, cs.turn, last
 		}
 	}
-	return best
+	return max(best, 0)
 }
 
 // failOverflowWaiters answers the requests still waiting for budget;
@@ -255,6 +266,7 @@ func (c *Context) failOverflowWaiters() {
 	ws := c.ovfWait
 	c.ovfWait = nil
 	clear(c.ovfConns)
+	c.ovfLast = nil
 	c.ovfClosed = true
 	c.bmu.Unlock()
 	for _, w := range ws {
