@@ -72,6 +72,9 @@ type Bulk struct {
 	// conn, for an overflow handle, is the connection of the peer that
 	// pulls it: the handle is freed if that connection fails.
 	conn *msgr.Conn
+	// held, for an overflowing output, is what it counts against its
+	// connection's unpulled outputs (Instance.holdOutput).
+	held int64
 
 	// seg1 and off1 hold segs and offs of a one-segment handle (the
 	// common case, and every overflow handle) without two allocations.
@@ -211,6 +214,9 @@ func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return
+	}
+	if b.held > 0 {
+		b.in.unholdOutput(b.conn, b.held)
 	}
 	b.in.bulks.remove(b.key)
 	// Rendezvous PUTs being pulled into b for peers stop (their
@@ -399,10 +405,13 @@ func (h *BulkHandle) UnmarshalBinary(p []byte) error {
 func (h BulkHandle) Bound() bool { return h.URI != "" }
 
 // overflowBulk registers an RPC's data segment as a read-only handle for
-// its receiver to pull. With conn set, the handle is freed if conn fails.
-func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn) *Bulk {
+// its receiver to pull. With conn set, the handle is freed if conn fails;
+// held is what it counts against conn's outputs (holdOutput), given back
+// when it is freed.
+func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn, held int64) *Bulk {
 	b := newBulk(in, data, BulkRO)
 	b.conn = conn
+	b.held = held
 	in.bulks.add(b)
 	if conn == nil {
 		return b // a request's input: any peer that has its key may pull it
@@ -415,6 +424,35 @@ func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn) *Bulk {
 	default:
 	}
 	return b
+}
+
+// holdOutput counts n bytes of an overflowing output against the outputs
+// conn's peer has not pulled or released yet, if they fit in
+// IncomingLimit (one always fits when none is held): a peer that asks for
+// outputs and never pulls them pins at most that much per connection.
+func (in *Instance) holdOutput(conn *msgr.Conn, n int64) bool {
+	in.outMu.Lock()
+	defer in.outMu.Unlock()
+	cur := in.outHeld[conn]
+	if cur > 0 && cur+n > int64(in.opts.IncomingLimit) {
+		return false
+	}
+	if in.outHeld == nil {
+		in.outHeld = map[*msgr.Conn]int64{}
+	}
+	in.outHeld[conn] = cur + n
+	return true
+}
+
+// unholdOutput gives back what holdOutput counted.
+func (in *Instance) unholdOutput(conn *msgr.Conn, n int64) {
+	in.outMu.Lock()
+	defer in.outMu.Unlock()
+	if v := in.outHeld[conn] - n; v > 0 {
+		in.outHeld[conn] = v
+	} else {
+		delete(in.outHeld, conn)
+	}
 }
 
 // insertOverflow inserts an overflow descriptor between the RPC header at

@@ -396,3 +396,48 @@ func rawHolder(t *testing.T) (*rawPeer, *rpc.Instance, *rpc.Context) {
 	}
 	return evil, cli, newCtx(t, cli, rpc.ContextOptions{})
 }
+
+// A peer that asks for overflowing outputs and never pulls nor releases
+// them pins at most the target's IncomingLimit of them on its connection:
+// beyond it the replies are errors (CodeBusy); releasing one makes room.
+func TestHostileUnpulledOutputsBounded(t *testing.T) {
+	n := newNet()
+	const limit, size = 64 << 10, 20 << 10 // three outputs fit
+	srv := n.server(t, 0, 1, rpc.Options{IncomingLimit: limit}, echoProto())
+	p, conn := connectRaw(t, n, srv)
+	ask := func(tid uint64) (wire.Header, []byte) {
+		h := wire.Header{Opcode: uint32(opOvfEcho), Flags: wire.FlagHasData}
+		if err := conn.Send(rpcMsg(wire.TypeRequest, tid, h, nil, make([]byte, size))); err != nil {
+			t.Fatal(err)
+		}
+		m := p.next(t, wire.TypeReply, "a reply")
+		rh, body, err := wire.Decode(rawFront(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rh, body
+	}
+	var keys []uint64
+	for i := range 3 {
+		rh, body := ask(uint64(i + 1))
+		key, _, _, err := wire.DecodeOverflow(body)
+		if err != nil || rh.RC != 0 || rh.Flags&wire.FlagBulkOut == 0 {
+			t.Fatalf("reply %d: rc %v, flags %#x, %v", i, rpc.Code(rh.RC), rh.Flags, err)
+		}
+		keys = append(keys, key)
+	}
+	if rh, _ := ask(4); rpc.Code(rh.RC) != rpc.CodeBusy {
+		t.Fatalf("a fourth unpulled output: rc %v, want CodeBusy", rpc.Code(rh.RC))
+	}
+	if h := srv.BulkHandles(); h != 3 {
+		t.Fatalf("%d handles registered, want 3", h)
+	}
+	rel := wire.BulkHeader{Op: wire.BulkRelease, Key: keys[0]}
+	if err := conn.Send(rawBulk(rel, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the released output freed", func() bool { return srv.BulkHandles() == 2 })
+	if rh, _ := ask(5); rh.RC != 0 || rh.Flags&wire.FlagBulkOut == 0 {
+		t.Fatalf("after a release: rc %v, flags %#x, want an overflowing output", rpc.Code(rh.RC), rh.Flags)
+	}
+}

@@ -261,9 +261,17 @@ func (r *Incoming) reply(out Input) error {
 		h.Flags |= wire.FlagHasData
 		if n := msg.Buffers(data).Len(); n > r.in.opts.Bulk.EagerLimit {
 			if conn, ok := r.conn.(*msgr.Conn); ok {
+				if !r.in.holdOutput(conn, int64(n)) {
+					*bp = front
+					putBuf(bp)
+					e := &Error{Code: CodeBusy, Opcode: r.Opcode(),
+						Msg: "the origin has IncomingLimit bytes of outputs it has not pulled"}
+					r.sendError(e.Code, e.Error())
+					return e
+				}
 				// The origin pulls the output and then releases the
 				// handle (or its connection fails).
-				ovf = r.in.overflowBulk(data, conn)
+				ovf = r.in.overflowBulk(data, conn, int64(n))
 				h.Flags |= wire.FlagBulkOut
 				front = insertOverflow(front, ovf.key, uint64(n))
 				data = data[:0]

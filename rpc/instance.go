@@ -47,6 +47,10 @@ type Instance struct {
 	bulks    bulkRegistry  // registered buffers by key
 	rts      sync.Map      // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
 	nextXfer atomic.Uint64 // the last transfer id given out (ids are unique in the instance)
+	// outHeld counts the bytes of overflowing outputs each connection's
+	// peer has not pulled or released (holdOutput).
+	outMu   sync.Mutex
+	outHeld map[*msgr.Conn]int64
 	// pulls counts the rendezvous PUTs being pulled per connection
 	// (maxPullsPerConn).
 	pullsMu sync.Mutex
@@ -403,6 +407,9 @@ func (in *Instance) connFailed(conn *msgr.Conn) {
 		c.connFailed(conn)
 	}
 	in.bulks.dropConn(conn)
+	in.outMu.Lock()
+	delete(in.outHeld, conn) // its handles are gone
+	in.outMu.Unlock()
 }
 
 // fault closes conn because its peer broke the RPC protocol (what says

@@ -96,7 +96,9 @@ type Options struct {
 	// its origins retries rather than growing its memory with what they
 	// send. One request is always accepted when none is held. Inputs
 	// pulled as bulk count against BulkOptions.OverflowLimit instead.
-	// Default DefaultIncomingLimit.
+	// It also bounds, per connection, the bytes of overflowing outputs
+	// the peer has not pulled or released yet: beyond it replies are
+	// errors with CodeBusy. Default DefaultIncomingLimit.
 	IncomingLimit int
 
 	// Clock is the time source of timeouts and deadlines; default the

@@ -203,7 +203,7 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 			// Mercury's overflow: the data goes as a read-only handle
 			// that the target pulls; it is freed when the request
 			// completes (the target pulls before it replies).
-			r.ovf = inst.overflowBulk(data, nil)
+			r.ovf = inst.overflowBulk(data, nil, 0)
 			h.Flags |= wire.FlagBulkIn
 			front = insertOverflow(front, r.ovf.key, uint64(n))
 			r.buf = front
