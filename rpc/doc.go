@@ -167,8 +167,9 @@
 // output's handle is served only to the peer it answers. What peers
 // make a target hold is bounded: IncomingLimit bytes of unanswered
 // requests and OverflowLimit bytes of pulled inputs per context (the
-// self-test's bulk sends included), 256 rendezvous PUTs pulled at once
-// per connection; beyond these, requests are answered ErrBusy. A pull
+// self-test's bulk sends included), and per connection 256 rendezvous
+// PUTs pulled at once and IncomingLimit bytes of overflowing outputs not
+// yet pulled; beyond these, requests are answered ErrBusy. A pull
 // for a peer ends by the target's own timeout, whatever deadline the
 // peer sets, and a pull of a reply's output ends with its request.
 //
