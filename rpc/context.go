@@ -602,17 +602,16 @@ func (c *Context) timerLoop() {
 // overflow budget, and re-arms.
 func (c *Context) expire() {
 	now := c.in.now()
-	ovfNext := c.expireOverflowWaiters(now)
+	c.expireOverflowWaiters(now)
 	out := c.getReady()
 	c.mu.Lock()
 	c.tr.Expire(now, out)
 	c.armed, _ = c.tr.NextDeadline()
-	c.armLocked(ovfNext)
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
-	// A request that began to wait after the sweep armed the timer with
-	// the deadline just overwritten: arm it again.
+	// Re-arm for the overflow waiters after armed was overwritten, so
+	// that one that began to wait meanwhile is not missed.
 	if next := c.ovfEarliest(); next != 0 {
 		c.armAt(next)
 	}

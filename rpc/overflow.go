@@ -139,16 +139,22 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 func (c *Context) ovfRemoveLocked(i int) ovfWaiter {
 	w := c.ovfWait[i]
 	c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
-	if cs := c.ovfConns[w.r.conn]; cs != nil {
-		if cs.waiting--; cs.waiting <= 0 {
-			delete(c.ovfConns, w.r.conn)
-		}
-	}
+	c.ovfLeftLocked(w.r.conn)
 	return w
 }
 
+// ovfLeftLocked counts one of conn's waiters gone; a connection with none
+// left loses its turn. Called with bmu held.
+func (c *Context) ovfLeftLocked(conn any) {
+	if cs := c.ovfConns[conn]; cs != nil {
+		if cs.waiting--; cs.waiting <= 0 {
+			delete(c.ovfConns, conn)
+		}
+	}
+}
+
 // ovfNewestOfLargest returns the index of the newest waiter of the
-// connection with the most waiters, if it has more than than, or -1.
+// connection with the most waiters, if it has more than than waiters, or -1.
 // Called with bmu held.
 func (c *Context) ovfNewestOfLargest(than int) int {
 	var big any
@@ -288,34 +294,19 @@ func (c *Context) ovfEarliest() int64 {
 	return next
 }
 
-// expireOverflowWaiters answers the waiting requests whose origin's
-// deadline has passed at now (the origin has given up: pulling their
-// inputs would be wasted), admits the requests that then fit, and
-// returns the earliest deadline of those still waiting (0: none). Times
-// are the instance's (in.now).
-func (c *Context) expireOverflowWaiters(now int64) int64 {
+// expireOverflowWaiters answers the waiting requests that gave up by now
+// (their origin's deadline or twice this side's timeout passed: pulling
+// their inputs would be wasted) and admits the requests that then fit.
+// Times are the instance's (in.now).
+func (c *Context) expireOverflowWaiters(now int64) {
 	var expired []*Incoming
-	var next int64
 	c.bmu.Lock()
-	if len(c.ovfWait) == 0 {
-		c.bmu.Unlock()
-		return 0
-	}
 	kept := c.ovfWait[:0]
 	for _, w := range c.ovfWait {
-		if d := w.until; d != 0 {
-			if d <= now {
-				expired = append(expired, w.r)
-				if cs := c.ovfConns[w.r.conn]; cs != nil {
-					if cs.waiting--; cs.waiting <= 0 {
-						delete(c.ovfConns, w.r.conn)
-					}
-				}
-				continue
-			}
-			if next == 0 || d < next {
-				next = d
-			}
+		if w.until != 0 && w.until <= now {
+			expired = append(expired, w.r)
+			c.ovfLeftLocked(w.r.conn)
+			continue
 		}
 		kept = append(kept, w)
 	}
@@ -323,14 +314,13 @@ func (c *Context) expireOverflowWaiters(now int64) int64 {
 	c.ovfWait = kept
 	c.bmu.Unlock()
 	if len(expired) == 0 {
-		return next
+		return
 	}
 	for _, r := range expired {
 		r.failCode(CodeTimedOut, "the input waited for overflow budget until its deadline or twice this side's timeout")
 	}
 	// The head may have been what blocked the others.
 	c.overflowDone(0)
-	return next
 }
 
 // pullReply pulls an overflowing output, releases the target's handle

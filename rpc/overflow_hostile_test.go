@@ -130,15 +130,7 @@ func TestOverflowHostileReplyHandleLeakOnFullQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	newCtx(t, srv, rpc.ContextOptions{Auto: true})
-	cli, err := rpc.New(rpc.Options{Transports: transport.NewRegistry(nw.Node(cliName)), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	cctx := clientOfRank0(t, rpc.Options{Transports: transport.NewRegistry(nw.Node(cliName))}, srv)
 	sctx := srv.Context(0)
 	base := srv.BulkHandles()
 	// The writer drains the queue now and then (the stalled link's
@@ -219,16 +211,8 @@ func TestIncomingLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	sctx := newCtx(t, srv, rpc.ContextOptions{}) // progressed by nobody: a stalled consumer
-	cli, err := rpc.New(rpc.Options{Transports: transport.NewRegistry(nw), Logger: quietLogger(),
-		Credits: rpc.UnlimitedCredits, Bulk: rpc.BulkOptions{EagerLimit: 2 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	cctx := clientOfRank0(t, rpc.Options{Transports: transport.NewRegistry(nw),
+		Credits: rpc.UnlimitedCredits, Bulk: rpc.BulkOptions{EagerLimit: 2 << 20}}, srv)
 	in := rpc.Bytes(make([]byte, size))
 	errs := make(chan error, n)
 	for range n {
@@ -258,4 +242,20 @@ func TestIncomingLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// clientOfRank0 starts a client instance with o (quiet) that knows srv as
+// rank 0, and returns a context of it with Auto progress.
+func clientOfRank0(t *testing.T, o rpc.Options, srv *rpc.Instance) *rpc.Context {
+	t.Helper()
+	o.Logger = quietLogger()
+	cli, err := rpc.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if err := cli.Group().Add(0, srv.URI()); err != nil {
+		t.Fatal(err)
+	}
+	return newCtx(t, cli, rpc.ContextOptions{Auto: true})
 }
