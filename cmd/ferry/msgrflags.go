@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // policyNames are the kebab-case names of msgr's policy presets, for
@@ -38,6 +41,7 @@ type msgrFlags struct {
 	backoffInitial *time.Duration
 	backoffMax     *time.Duration
 	noDataCRC      *bool
+	tcpCongestion  *string
 }
 
 // addMsgrFlags defines the messenger flags on fs, with defaultPolicy as
@@ -55,6 +59,7 @@ func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
 		backoffInitial: fs.Duration("backoff-initial", 0, "first wait before a lossless connection retries a failed attempt (0: the default, 200ms)"),
 		backoffMax:     fs.Duration("backoff-max", 0, "longest wait between reconnect attempts, doubling from --backoff-initial (0: the default, 15s)"),
 		noDataCRC:      fs.Bool("no-data-crc", false, noDataCRCUsage),
+		tcpCongestion:  addTCPCongestionFlag(fs),
 	}
 }
 
@@ -68,6 +73,45 @@ type msgrOptions struct {
 	KeepaliveInterval, KeepaliveTimeout time.Duration
 	InitialBackoff, MaxBackoff          time.Duration
 	NoDataCRC                           bool
+	// TCPCongestion is the TCP congestion control of the messenger's own
+	// sockets ("" leaves the system default).
+	TCPCongestion string
+}
+
+// tcpCongestionUsage documents --tcp-congestion
+// (transport.TCPOptions.Congestion).
+const tcpCongestionUsage = "TCP congestion control `NAME` for this process's own sockets, e.g. cubic (the stock kernels' default) or bbr; empty: the system's (net.ipv4.tcp_congestion_control)"
+
+// addTCPCongestionFlag defines --tcp-congestion on fs.
+func addTCPCongestionFlag(fs *flag.FlagSet) *string {
+	return fs.String("tcp-congestion", "", tcpCongestionUsage)
+}
+
+// checkTCPCongestion reports whether this kernel lets a socket use the
+// congestion control name, by setting it on a throwaway socket, so that
+// a misspelt --tcp-congestion is a usage error rather than connections
+// that never come up.
+func checkTCPCongestion(name string) error {
+	if name == "" {
+		return nil
+	}
+	lc := net.ListenConfig{Control: transport.CongestionControl(name)}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("--tcp-congestion %s: %v", name, err)
+	}
+	return l.Close()
+}
+
+// tcpTransports returns a transport registry whose TCP transport sets the
+// congestion control name on every socket, or nil (the default registry)
+// when name is empty. An algorithm the kernel does not have fails Bind and
+// Connect with transport.ErrBadConfig.
+func tcpTransports(name string) *transport.Registry {
+	if name == "" {
+		return nil
+	}
+	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: name}))
 }
 
 // noDataCRCUsage documents --no-data-crc (msgr.Config.NoDataCRC).
@@ -91,6 +135,9 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.InitialBackoff = o.InitialBackoff
 	c.MaxBackoff = o.MaxBackoff
 	c.NoDataCRC = o.NoDataCRC
+	if r := tcpTransports(o.TCPCongestion); r != nil {
+		c.Transports = r
+	}
 }
 
 // options validates the parsed flags and returns the options, or an error
@@ -108,6 +155,7 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		InitialBackoff:    *f.backoffInitial,
 		MaxBackoff:        *f.backoffMax,
 		NoDataCRC:         *f.noDataCRC,
+		TCPCongestion:     *f.tcpCongestion,
 		Inject: msgr.Inject{
 			SocketFailures:   *f.injSocket,
 			DelayProbability: *f.injDelayProb,
@@ -126,6 +174,9 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		return nil, fmt.Errorf("--inject-internal-delays must not be negative")
 	case *f.backoffInitial < 0 || *f.backoffMax < 0:
 		return nil, fmt.Errorf("--backoff-initial and --backoff-max must not be negative")
+	}
+	if err := checkTCPCongestion(o.TCPCongestion); err != nil {
+		return nil, err
 	}
 	types, err := parseEntityTypes(*f.injDelayType)
 	if err != nil {

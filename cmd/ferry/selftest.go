@@ -35,9 +35,13 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "overall time limit")
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	noDataCRC := fs.Bool("no-data-crc", false, noDataCRCUsage)
+	congestion := addTCPCongestionFlag(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
+	}
+	if err := checkTCPCongestion(*congestion); err != nil {
+		return usageError(e, fs, "%v", err)
 	}
 	pairs, err := selftest.ParseSizes(*sizes)
 	switch {
@@ -79,7 +83,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	var cli *rpc.Instance
 	var eps []rpc.Endpoint
 	if len(addrs) == 0 {
-		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC})
+		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: tcpTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: starting %d ranks: %v\n", *ranks, err)
 			return exitError
@@ -89,7 +93,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	} else {
 		// Each address is a rank of the client's view of the group; a
 		// `ferry serve` answers whatever rank it is addressed as.
-		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC})
+		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: tcpTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
 			return exitError
