@@ -141,6 +141,9 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 			return exitError
 		}
 		failures += res.Failures
+		if res.Failures > 0 {
+			fmt.Fprintf(e.stderr, "ferry selftest: (%s): %d of %d RPCs failed; first: %v\n", sp, res.Failures, *reps, res.FirstError)
+		}
 		results = append(results, res)
 		if *asJSON {
 			if err := res.WriteJSON(e.stdout); err != nil {

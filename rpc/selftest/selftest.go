@@ -139,8 +139,8 @@ type Result struct {
 	Reps        int
 	Inflight    int
 	Duration    time.Duration
-	RPCsPerSec  float64
-	MBPerSec    float64 // (send + reply) bytes per second, in MiB/s as CaRT's "MB/sec"
+	RPCsPerSec  float64 // RPCs that succeeded, per second
+	MBPerSec    float64 // (send + reply) bytes of RPCs that succeeded per second, in MiB/s as CaRT's "MB/sec"
 	Latency     Latencies
 	Failures    int
 	FirstError  error
@@ -297,8 +297,11 @@ func Run(ctx context.Context, c *rpc.Context, cfg Config) (*Result, error) {
 	if sendErr != nil {
 		return nil, sendErr
 	}
+	// Rates count the RPCs that succeeded: failed ones moved no bytes
+	// (a run whose RPCs all fail has a rate of 0, not the speed at which
+	// they failed).
 	if secs := res.Duration.Seconds(); secs > 0 {
-		res.RPCsPerSec = float64(cfg.Reps) / secs
+		res.RPCsPerSec = float64(len(lat)) / secs
 		res.MBPerSec = res.RPCsPerSec * float64(cfg.Sizes.Send+cfg.Sizes.Reply) / (1 << 20)
 	}
 	res.Latency = summarize(lat)

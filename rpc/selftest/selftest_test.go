@@ -99,4 +99,8 @@ func TestRunLocalGroup(t *testing.T) {
 	if res.Failures != 5 || !errors.Is(res.FirstError, rpc.ErrUnreachable) {
 		t.Fatalf("%+v", res)
 	}
+	// Rates count only RPCs that succeeded.
+	if res.RPCsPerSec != 0 || res.MBPerSec != 0 {
+		t.Fatalf("all RPCs failed, yet RPCsPerSec %v, MBPerSec %v", res.RPCsPerSec, res.MBPerSec)
+	}
 }
