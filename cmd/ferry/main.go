@@ -84,6 +84,9 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	name, rest := args[0], args[1:]
 	switch name {
+	case "version", "-version", "--version":
+		fmt.Fprintln(e.stdout, versionString())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(rest) == 0 {
 			usage(e.stdout)
@@ -123,6 +126,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-9s %s\n", "help", "show this list, or a command's flags (ferry help COMMAND)")
+	fmt.Fprintf(w, "  %-9s %s\n", "version", "print ferry's version (also --version)")
 	fmt.Fprintf(w, "\nExit status: 0 success, 1 runtime error, 2 usage error.\n")
 }
 
@@ -131,12 +135,37 @@ func usage(w io.Writer) {
 func newFlagSet(e *env, c string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ferry "+c, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	cmd := lookup(c)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: ferry %s %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.usage, capitalize(cmd.summary))
-		fs.PrintDefaults()
-	}
+	// The flag package calls Usage itself on -h and on a bad flag;
+	// parseFlags prints help (on stdout) or a pointer to it (on stderr)
+	// instead, so help appears once.
+	fs.Usage = func() {}
 	return fs
+}
+
+// printUsage writes the command's usage line and its flags, spelt with
+// two dashes as the usage lines spell them.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	cmd := lookup(strings.TrimPrefix(fs.Name(), "ferry "))
+	fmt.Fprintf(w, "Usage: ferry %s %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.usage, capitalize(cmd.summary))
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isString := g.Get().(string); isString {
+					line += fmt.Sprintf(" (default %q)", f.DefValue)
+					fmt.Fprintln(w, line)
+					return
+				}
+			}
+			line += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintln(w, line)
+	})
 }
 
 func capitalize(s string) string {
@@ -155,10 +184,11 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (pos []string, code int
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				// Help was asked for: print it on stdout, not as an error.
-				fs.SetOutput(e.stdout)
-				fs.Usage()
+				printUsage(e.stdout, fs)
 				return nil, exitOK, false
 			}
+			// The flag package has printed what was wrong.
+			fmt.Fprintf(e.stderr, "Run 'ferry help %s' for usage.\n", strings.TrimPrefix(fs.Name(), "ferry "))
 			return nil, exitUsage, false
 		}
 		rest := fs.Args()
