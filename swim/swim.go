@@ -1,0 +1,284 @@
+package swim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// ID names a member: a rank.
+type ID uint32
+
+// State is a member's SWIM status. The values are wire constants (DAOS's
+// swim_member_status order).
+type State uint8
+
+// Member states.
+const (
+	Alive   State = 0
+	Suspect State = 1
+	Dead    State = 2
+)
+
+func (s State) String() string {
+	switch s {
+	case Alive:
+		return "alive"
+	case Suspect:
+		return "suspect"
+	case Dead:
+		return "dead"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Member is a member's identity and state as one machine knows it.
+type Member struct {
+	ID          ID
+	Incarnation uint64
+	State       State
+}
+
+// Envelope is a message to send to a member.
+type Envelope struct {
+	To  ID
+	Msg Message
+}
+
+// Event reports a member's state transition, for the application: a member
+// became Alive (it refuted a suspicion, or came back at a higher
+// incarnation), Suspect or Dead.
+type Event struct {
+	Member
+	Time time.Duration // the now of the call that caused it
+	From ID            // the member whose message caused it (the machine's own ID for its own verdicts)
+}
+
+// Stats counts what a machine did.
+type Stats struct {
+	Sent         uint64 // messages put in the outbox
+	Received     uint64 // messages passed to Receive
+	Probes       uint64 // direct probes started
+	ProbeFails   uint64 // probes that failed directly and indirectly
+	Suspicions   uint64 // suspicions this machine raised itself
+	Deaths       uint64 // members this machine declared dead itself
+	Refutations  uint64 // suspicions or deaths of itself it refuted
+	Confirms     uint64 // second-hand suspicions checked with their origin
+	Stalls       uint64 // own delays detected (inputs later than Next by more than StallThreshold)
+	Nacks        uint64 // nacks received
+	QueueDropped uint64 // updates dropped from a full dissemination queue
+}
+
+// member is the compact per-member entry: 16 bytes.
+type member struct {
+	id    ID
+	state State
+	inc   uint64
+}
+
+// Machine is one member's SWIM protocol state. It does no I/O and reads no
+// clock: inputs are Tick, Receive, Add and Remove, outputs are Outbox and
+// Events. A Machine is not safe for concurrent use.
+type Machine struct {
+	cfg  Config
+	rnd  *rand.Rand
+	self ID
+	inc  uint64
+
+	members []member // sorted by id; self is not in it
+	order   []ID     // probe order, a random permutation of the members
+	cursor  int
+
+	probe   probe
+	helpers []helping
+	susp    []suspicion
+	queue   []queued
+	seq     uint32
+	score   int // local health: 0 … AwarenessMax−1
+
+	started bool
+	now     time.Duration // the time of the current (or last) input
+	next    time.Duration
+
+	out, outSpare       []Envelope
+	arena, arenaSpare   []Update
+	events, eventsSpare []Event
+
+	stats Stats
+}
+
+// New returns the machine of member self. rnd drives target order, helper
+// choice and jitter; seed it for reproducible runs. cfg's zero fields take
+// their defaults; New panics if cfg does not Validate.
+func New(self ID, cfg Config, rnd *rand.Rand) *Machine {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	return &Machine{cfg: cfg.withDefaults(), rnd: rnd, self: self, inc: cfg.Incarnation}
+}
+
+// Config returns the machine's configuration with defaults applied.
+func (m *Machine) Config() Config { return m.cfg }
+
+// Self returns the machine's own member entry (always Alive).
+func (m *Machine) Self() Member { return Member{ID: m.self, Incarnation: m.inc, State: Alive} }
+
+// Len returns the number of members, self included.
+func (m *Machine) Len() int { return len(m.members) + 1 }
+
+// find returns the index of id in members, or -1.
+func (m *Machine) find(id ID) int {
+	i, ok := slices.BinarySearchFunc(m.members, id, func(e member, id ID) int {
+		switch {
+		case e.id < id:
+			return -1
+		case e.id > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// State returns what the machine knows of id; ok is false for a member it
+// does not know. For self it is Alive at the current incarnation.
+func (m *Machine) State(id ID) (Member, bool) {
+	if id == m.self {
+		return m.Self(), true
+	}
+	i := m.find(id)
+	if i < 0 {
+		return Member{}, false
+	}
+	e := m.members[i]
+	return Member{ID: e.id, Incarnation: e.inc, State: e.state}, true
+}
+
+// Members appends every member, self included, in ID order, to dst.
+func (m *Machine) Members(dst []Member) []Member {
+	selfDone := false
+	for _, e := range m.members {
+		if !selfDone && m.self < e.id {
+			dst = append(dst, m.Self())
+			selfDone = true
+		}
+		dst = append(dst, Member{ID: e.id, Incarnation: e.inc, State: e.state})
+	}
+	if !selfDone {
+		dst = append(dst, m.Self())
+	}
+	return dst
+}
+
+// Awareness returns the local health multiplier (1 when healthy, up to
+// AwarenessMax): the factor applied to the machine's period and ping
+// timeouts.
+func (m *Machine) Awareness() int { return m.score + 1 }
+
+// Stats returns the machine's counters.
+func (m *Machine) Stats() Stats { return m.stats }
+
+// Add makes id a member at incarnation inc (from the group layer). A new
+// member is Alive and takes a random place in the probe order. A known
+// member with a higher incarnation becomes Alive at it and any suspicion of
+// it is dropped (CaRT's crt_swim_rank_check); otherwise Add changes
+// nothing. Adding self raises the machine's incarnation to inc if higher.
+func (m *Machine) Add(id ID, inc uint64) {
+	if id == m.self {
+		m.inc = max(m.inc, inc)
+		return
+	}
+	i, found := slices.BinarySearchFunc(m.members, id, func(e member, id ID) int {
+		return cmpID(e.id, id)
+	})
+	if found {
+		e := &m.members[i]
+		if inc > e.inc {
+			was := e.state
+			e.inc, e.state = inc, Alive
+			m.dropSuspicion(id)
+			m.dropQueued(id)
+			if was != Alive {
+				m.event(id, m.self)
+			}
+		}
+		return
+	}
+	m.members = slices.Insert(m.members, i, member{id: id, state: Alive, inc: inc})
+	// A random place in the probe order (Fisher–Yates insertion keeps the
+	// order a uniform permutation).
+	j := m.rnd.IntN(len(m.order) + 1)
+	m.order = slices.Insert(m.order, j, id)
+	if j <= m.cursor && m.cursor < len(m.order)-1 {
+		m.cursor++
+	}
+	m.recompute()
+}
+
+// Remove forgets id (from the group layer): its entry, suspicion, queued
+// updates and any probe about it. Removing self does nothing.
+func (m *Machine) Remove(id ID) {
+	i := m.find(id)
+	if i < 0 {
+		return
+	}
+	m.members = slices.Delete(m.members, i, i+1)
+	if j := slices.Index(m.order, id); j >= 0 {
+		m.order = slices.Delete(m.order, j, j+1)
+		if j < m.cursor {
+			m.cursor--
+		}
+		if m.cursor >= len(m.order) {
+			m.cursor = 0
+		}
+	}
+	m.dropSuspicion(id)
+	m.dropQueued(id)
+	if m.probe.active && m.probe.target == id {
+		m.probe.active = false
+	}
+	m.helpers = slices.DeleteFunc(m.helpers, func(h helping) bool { return h.target == id })
+	m.recompute()
+}
+
+func cmpID(a, b ID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Next returns the time at which Tick must next be called. Before the first
+// Tick or Receive it is 0.
+func (m *Machine) Next() time.Duration { return m.next }
+
+// Outbox returns the messages queued since the previous Outbox call and
+// clears the queue. The slice and the messages' Updates stay valid until the
+// next Outbox call.
+func (m *Machine) Outbox() []Envelope {
+	out := m.out
+	m.out, m.outSpare = m.outSpare[:0], out
+	m.arena, m.arenaSpare = m.arenaSpare[:0], m.arena
+	return out
+}
+
+// Events returns the transitions since the previous Events call and clears
+// them. The slice stays valid until the next Events call.
+func (m *Machine) Events() []Event {
+	ev := m.events
+	m.events, m.eventsSpare = m.eventsSpare[:0], ev
+	return ev
+}
+
+// event records id's current state as an event.
+func (m *Machine) event(id ID, from ID) {
+	st, _ := m.State(id)
+	m.events = append(m.events, Event{Member: st, Time: m.now, From: from})
+}
