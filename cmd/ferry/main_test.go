@@ -85,9 +85,15 @@ type serveProc struct {
 // it printed its address.
 func startServe(t *testing.T, extra ...string) *serveProc {
 	t.Helper()
+	return startServeAt(t, "tcp://127.0.0.1:0", extra...)
+}
+
+// startServeAt is startServe listening on listen.
+func startServeAt(t *testing.T, listen string, extra ...string) *serveProc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--listen", "tcp://127.0.0.1:0"}, extra...)...)
+	cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--listen", listen}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

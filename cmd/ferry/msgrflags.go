@@ -103,15 +103,14 @@ func checkTCPCongestion(name string) error {
 	return l.Close()
 }
 
-// tcpTransports returns a transport registry whose TCP transport sets the
-// congestion control name on every socket, or nil (the default registry)
-// when name is empty. An algorithm the kernel does not have fails Bind and
-// Connect with transport.ErrBadConfig.
-func tcpTransports(name string) *transport.Registry {
-	if name == "" {
-		return nil
-	}
-	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: name}))
+// cliTransports returns the transports the CLI offers: TCP (with
+// --tcp-congestion's algorithm on every socket when name is set), Unix
+// sockets, and shared memory where the platform has it. An algorithm the
+// kernel does not have fails Bind and Connect with transport.ErrBadConfig.
+func cliTransports(name string) *transport.Registry {
+	r := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: name}), transport.NewUnix())
+	addPlatformTransports(r)
+	return r
 }
 
 // noDataCRCUsage documents --no-data-crc (msgr.Config.NoDataCRC).
@@ -135,9 +134,7 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.InitialBackoff = o.InitialBackoff
 	c.MaxBackoff = o.MaxBackoff
 	c.NoDataCRC = o.NoDataCRC
-	if r := tcpTransports(o.TCPCongestion); r != nil {
-		c.Transports = r
-	}
+	c.Transports = cliTransports(o.TCPCongestion)
 }
 
 // options validates the parsed flags and returns the options, or an error

@@ -83,7 +83,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	var cli *rpc.Instance
 	var eps []rpc.Endpoint
 	if len(addrs) == 0 {
-		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: tcpTransports(*congestion)})
+		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: cliTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: starting %d ranks: %v\n", *ranks, err)
 			return exitError
@@ -93,7 +93,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	} else {
 		// Each address is a rank of the client's view of the group; a
 		// `ferry serve` answers whatever rank it is addressed as.
-		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: tcpTransports(*congestion)})
+		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: cliTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
 			return exitError

@@ -1,0 +1,11 @@
+package main
+
+import (
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/shm"
+)
+
+// addPlatformTransports adds the Linux-only transports: shm.
+func addPlatformTransports(r *transport.Registry) {
+	_ = r.Register(shm.New())
+}
