@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond Go: ceph-mon and the ceph CLI (for the
-# interoperability tests) and iproute2 (tc/ip, for fault injection).
-# Does nothing if they are all already on PATH.
+# Installs what the tests need beyond Go: ceph-mon, ceph-osd, ceph-mgr and
+# the ceph CLI with its tools (ceph-common: ceph, ceph-authtool,
+# monmaptool, rados), for the interoperability tests against a throwaway
+# cephx cluster, and iproute2 (tc/ip/ss, for fault injection).
+# Works on a fresh Debian 12 with only Go and apt. Does nothing if
+# everything is already on PATH.
 set -euo pipefail
 
-if command -v ceph-mon >/dev/null 2>&1 && command -v ceph >/dev/null 2>&1 &&
-	command -v ss >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then
+progs="ceph-mon ceph-osd ceph-mgr ceph ceph-authtool monmaptool ss ip"
+
+missing=
+for p in $progs; do
+	command -v "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
 	exit 0
 fi
 
@@ -14,12 +22,12 @@ if [ "$(id -u)" -ne 0 ]; then
 	SUDO=sudo
 fi
 
-echo "install-deps: installing ceph-mon, ceph-common, iproute2" >&2
+echo "install-deps: missing:$missing; installing ceph-mon, ceph-osd, ceph-mgr, ceph-common, iproute2" >&2
 $SUDO apt-get update
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-	ceph-mon ceph-common iproute2
+	ceph-mon ceph-osd ceph-mgr ceph-common iproute2
 
-for p in ceph-mon ceph monmaptool ss ip; do
+for p in $progs; do
 	if ! command -v "$p" >/dev/null 2>&1; then
 		echo "install-deps: $p still not on PATH after install" >&2
 		exit 1
