@@ -1,6 +1,7 @@
 // Package cephtest runs real Ceph programs for interoperability tests: a
-// throwaway ceph-mon with auth none on free loopback ports, and the ceph
-// command-line client pointed at any address.
+// throwaway ceph-mon with auth none on free loopback ports (StartMon), a
+// throwaway cephx cluster of mon, memstore OSD and mgr (StartCluster), and
+// the ceph command-line client pointed at any address.
 //
 // Tests that need Ceph skip when the programs are not installed, unless the
 // environment variable FERRY_REQUIRE_CEPH is "1", in which case they fail
@@ -66,7 +67,7 @@ func Require(t testing.TB, programs ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("cephtest: %s not on PATH (install ceph-mon and ceph-common, e.g. scripts/install-deps.sh)",
+	msg := fmt.Sprintf("cephtest: %s not on PATH (install ceph-mon, ceph-osd, ceph-mgr and ceph-common, e.g. scripts/install-deps.sh)",
 		strings.Join(missing, ", "))
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatal(msg + "; " + RequireEnv + "=1 requires them")
