@@ -1,6 +1,7 @@
 // Package ceph holds Ceph message types that ferry speaks for
 // interoperability with Ceph daemons and tools: MPing, MMonGetVersion,
-// MMonGetVersionReply, MMonCommand and MMonCommandAck. Each type encodes to
+// MMonGetVersionReply, MMonCommand, MMonCommandAck, MCommand and
+// MCommandReply. Each type encodes to
 // and decodes from the segments of a *msg.Message exactly as Ceph 16.2
 // (Pacific) does, including the header's type, version, compat version and
 // the priority Ceph's messengers give it.
@@ -30,6 +31,8 @@ const (
 	MsgMonGetVersionReply uint16 = 20 // CEPH_MSG_MON_GET_VERSION_REPLY: MMonGetVersionReply
 	MsgMonCommand         uint16 = 50 // MSG_MON_COMMAND: MMonCommand
 	MsgMonCommandAck      uint16 = 51 // MSG_MON_COMMAND_ACK: MMonCommandAck
+	MsgCommand            uint16 = 97 // MSG_COMMAND: MCommand
+	MsgCommandReply       uint16 = 98 // MSG_COMMAND_REPLY: MCommandReply
 )
 
 // Header versions the messages' constructors set (HEAD_VERSION and
@@ -41,6 +44,8 @@ const (
 	monGetVersionReplyVersion = 2 // MMonGetVersionReply: HEAD_VERSION 2
 	monCommandVersion         = 1 // MMonCommand: PaxosServiceMessage{MSG_MON_COMMAND, 0}
 	monCommandAckVersion      = 1 // MMonCommandAck: PaxosServiceMessage{MSG_MON_COMMAND_ACK, v}
+	commandVersion            = 1 // MCommand: Message{MSG_COMMAND}
+	commandReplyVersion       = 1 // MCommandReply: Message{MSG_COMMAND_REPLY}
 	compatVersion             = 0 // all of the above leave compat_version at 0
 )
 
@@ -110,6 +115,10 @@ func typeName(t uint16) string {
 		return "mon_get_version_reply"
 	case MsgMonCommand, MsgMonCommandAck:
 		return "mon_command"
+	case MsgCommand:
+		return "command"
+	case MsgCommandReply:
+		return "command_reply"
 	}
 	return fmt.Sprintf("type%d", t)
 }

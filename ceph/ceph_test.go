@@ -135,6 +135,27 @@ func TestExactBytes(t *testing.T) {
 				"ffffffff 02000000 6e6f" +
 				"01000000 01000000 63",
 		},
+		{
+			// As `ceph tell osd.0 version` sends it (ceph-auth.md §8).
+			name: "command",
+			m:    &Command{Tid: 2, FSID: fsid, Cmd: []string{`{"prefix": "version"}`}},
+			typ:  97, version: 1, prio: msg.PrioDefault,
+			front: "21ccba25a6c741d0a04d8d83e4e702e3" +
+				"01000000 15000000" + hex.EncodeToString([]byte(`{"prefix": "version"}`)),
+		},
+		{
+			// The OSD's 8-byte front for a successful command.
+			name: "command_reply",
+			m:    &CommandReply{Tid: 2, Output: []byte(`{"version": "16.2.15"}`)},
+			typ:  98, version: 1, prio: msg.PrioDefault,
+			front: "00000000 00000000",
+		},
+		{
+			name: "command_reply error",
+			m:    &CommandReply{Tid: 2, R: -22, RS: "bad"},
+			typ:  98, version: 1, prio: msg.PrioDefault,
+			front: "eaffffff 03000000 626164",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,6 +210,8 @@ func samples(t testing.TB) []codec {
 		&MonGetVersionReply{Handle: 9, Version: 1 << 40, OldestVersion: 3},
 		&MonCommand{Tid: 77, PaxosVersion: 2, FSID: fsid, Cmd: []string{`{"prefix":"status"}`, ""}, Input: []byte("input")},
 		&MonCommandAck{Tid: 77, PaxosVersion: 12, R: -22, RS: "invalid", Cmd: []string{"x", "yy"}, Output: []byte(`{"ok":true}`)},
+		&Command{Tid: 78, FSID: fsid, Cmd: []string{`{"prefix":"version"}`, "z"}, Input: []byte("in")},
+		&CommandReply{Tid: 78, R: -95, RS: "unsupported", Output: []byte(`{"version":"16.2.15"}`)},
 	}
 }
 

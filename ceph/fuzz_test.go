@@ -64,6 +64,18 @@ func normalize(c codec) codec {
 			w.Output = nil
 		}
 		return &w
+	case *Command:
+		w := *v
+		if len(w.Input) == 0 {
+			w.Input = nil
+		}
+		return &w
+	case *CommandReply:
+		w := *v
+		if len(w.Output) == 0 {
+			w.Output = nil
+		}
+		return &w
 	}
 	return c
 }
