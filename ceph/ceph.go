@@ -119,6 +119,10 @@ func typeName(t uint16) string {
 		return "command"
 	case MsgCommandReply:
 		return "command_reply"
+	case MsgAuth:
+		return "auth"
+	case MsgAuthReply:
+		return "auth_reply"
 	}
 	return fmt.Sprintf("type%d", t)
 }
