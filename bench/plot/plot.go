@@ -21,6 +21,8 @@ type Series struct {
 	X, Y []float64
 	// Dashed draws the line dashed (for floors and references).
 	Dashed bool
+	// Color is an SVG colour; empty takes the series' place in Palette.
+	Color string
 }
 
 // Chart is a line chart with labelled axes, optionally logarithmic.
@@ -37,8 +39,9 @@ type Chart struct {
 // series empty, or only non-positive values on a log axis).
 var ErrNoData = errors.New("plot: no data to draw")
 
-// palette is a colour-blind-safe set (Okabe–Ito).
-var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"}
+// Palette is the colours series take in turn: a colour-blind-safe set
+// (Okabe–Ito).
+var Palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"}
 
 // CDF returns the empirical cumulative distribution of samples as a
 // series: X the sorted values, Y the fraction of samples at or below each
@@ -198,7 +201,10 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<text x="18" y="%g" text-anchor="middle" transform="rotate(-90 18 %g)">%s</text>`+"\n", (top+bottom)/2, (top+bottom)/2, esc(c.YLabel))
 	// Lines, markers and the legend.
 	for si, s := range c.Series {
-		col := palette[si%len(palette)]
+		col := s.Color
+		if col == "" {
+			col = Palette[si%len(Palette)]
+		}
 		var pts []string
 		for i := range min(len(s.X), len(s.Y)) {
 			if ax.usable(s.X[i]) && ay.usable(s.Y[i]) {

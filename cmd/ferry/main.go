@@ -40,6 +40,9 @@ type command struct {
 	summary string
 	usage   string // arguments after the name
 	run     func(ctx context.Context, env *env, args []string) int
+	// hidden commands serve other commands (ferry bench's servers) and
+	// are left out of the command list.
+	hidden bool
 }
 
 // env is what a subcommand writes to.
@@ -57,6 +60,8 @@ func init() {
 	commands = []*command{
 		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as rank 0", usage: "[--listen ADDR] [--name TYPE.ID] [--fsid UUID] [--verbose]", run: runServe},
 		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR", run: runPing},
+		{name: "bench", summary: "compare ferry's round trips with each transport's raw floor, and write a table and plots", usage: "[--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]", run: runBench},
+		{name: "bench-echo", summary: "echo length-prefixed frames: the raw floor's server for ferry bench", usage: "[--listen ADDR]", run: runBenchEcho, hidden: true},
 		{name: "selftest", summary: "run the RPC self-test (CaRT's) against in-process ranks or ferry serve processes", usage: "[--endpoints ADDR[,ADDR...]] [--ranks N] [--sizes \"SEND REPLY,...\"] [--reps N] [--inflight K] [--json] [--timeout D]", run: runSelftest},
 	}
 }
@@ -123,6 +128,9 @@ func usage(w io.Writer) {
 	cs := append([]*command(nil), commands...)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
 	for _, c := range cs {
+		if c.hidden {
+			continue
+		}
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-9s %s\n", "help", "show this list, or a command's flags (ferry help COMMAND)")

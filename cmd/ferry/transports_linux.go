@@ -9,3 +9,6 @@ import (
 func addPlatformTransports(r *transport.Registry) {
 	_ = r.Register(shm.New())
 }
+
+// defaultBenchTransports is ferry bench's default --transports.
+const defaultBenchTransports = "tcp,unix,shm"
