@@ -57,8 +57,10 @@ func (m *Machine) nextSeq() uint32 {
 
 // begin accepts an input's time: it keeps time monotonic and detects the
 // machine's own delay (an input later than Next by more than
-// StallThreshold), shifting every deadline by the gap so that the machine
-// does not blame others for the time it was not running.
+// StallThreshold), shifting every deadline by the time since the previous
+// input, so that the machine does not blame others for the time it was not
+// running: a probe waits, after the machine resumes, for as long as it had
+// left, and the acks that queued up meanwhile are still counted.
 func (m *Machine) begin(now time.Duration) {
 	if !m.started {
 		m.started = true
@@ -73,8 +75,10 @@ func (m *Machine) begin(now time.Duration) {
 	if now < m.now {
 		now = m.now
 	}
-	if gap := now - m.next; gap > m.cfg.StallThreshold {
-		m.shift(gap)
+	if now-m.next > m.cfg.StallThreshold {
+		// Every deadline keeps the time it had left when the machine
+		// last ran.
+		m.shift(now - m.now)
 		m.stats.Stalls++
 	}
 	m.now = now
@@ -167,14 +171,18 @@ func (m *Machine) startProbe() {
 // nextTarget walks the probe order from the cursor to the next member that
 // is not dead (suspects are probed: that is how they learn of it).
 func (m *Machine) nextTarget() (ID, bool) {
-	for range len(m.order) {
-		if m.cursor >= len(m.order) {
-			m.cursor = 0
+	if m.order.dirty {
+		m.reorder()
+	}
+	o := &m.order
+	for range o.n {
+		i := (o.a*o.pos + o.b) % o.n
+		o.pos++
+		if o.pos >= o.n {
+			o.pos = 0
 		}
-		id := m.order[m.cursor]
-		m.cursor++
-		if i := m.find(id); i >= 0 && m.members[i].state != Dead {
-			return id, true
+		if m.tab.state[i] != Dead {
+			return m.tab.ids[i], true
 		}
 	}
 	return 0, false
@@ -197,31 +205,31 @@ func (m *Machine) indirect() {
 // target, chosen at random, and returns how many it found.
 func (m *Machine) pickHelpers(target ID, dst []ID) int {
 	n := 0
-	if len(dst) == 0 || len(m.members) == 0 {
+	nm := m.tab.len()
+	if len(dst) == 0 || nm == 0 {
 		return 0
 	}
-	ok := func(e member) bool {
-		return e.state == Alive && e.id != target && !slices.Contains(dst[:n], e.id)
+	ok := func(i int) bool {
+		id := m.tab.ids[i]
+		return m.tab.state[i] == Alive && id != target && !slices.Contains(dst[:n], id)
 	}
 	for range 4 * len(dst) {
 		if n == len(dst) {
 			return n
 		}
-		e := m.members[m.rnd.IntN(len(m.members))]
-		if ok(e) {
-			dst[n] = e.id
+		if i := m.rnd.IntN(nm); ok(i) {
+			dst[n] = m.tab.ids[i]
 			n++
 		}
 	}
 	// Few candidates: scan from a random start.
-	start := m.rnd.IntN(len(m.members))
-	for j := range len(m.members) {
+	start := m.rnd.IntN(nm)
+	for j := range nm {
 		if n == len(dst) {
 			break
 		}
-		e := m.members[(start+j)%len(m.members)]
-		if ok(e) {
-			dst[n] = e.id
+		if i := (start + j) % nm; ok(i) {
+			dst[n] = m.tab.ids[i]
 			n++
 		}
 	}
@@ -262,13 +270,13 @@ func (m *Machine) accuse(id ID) {
 	if i < 0 {
 		return
 	}
-	e := &m.members[i]
-	switch e.state {
+	switch m.tab.state[i] {
 	case Alive:
-		e.state = Suspect
+		m.tab.state[i] = Suspect
+		inc := m.tab.incs[i]
 		m.stats.Suspicions++
-		m.suspect(id, e.inc, m.self)
-		m.enqueue(Update{Member: Member{ID: id, Incarnation: e.inc, State: Suspect}, Origin: m.self})
+		m.suspect(id, inc, m.self)
+		m.enqueue(Update{Member: Member{ID: id, Incarnation: inc, State: Suspect}, Origin: m.self})
 		m.event(id, m.self)
 	case Suspect:
 		m.confirm(id, m.self)
@@ -341,7 +349,7 @@ func (m *Machine) expireSuspicions() {
 			s.seq = m.nextSeq()
 			s.deadline = now + m.cfg.IndirectTimeout*m.mult()
 			m.stats.Confirms++
-			if oi := m.find(s.origin); oi >= 0 && m.members[oi].state != Dead {
+			if oi := m.find(s.origin); oi >= 0 && m.tab.state[oi] != Dead {
 				m.send(s.origin, KindPingReq, s.seq, s.id)
 			}
 			m.send(s.id, KindPing, s.seq, s.id)
@@ -351,7 +359,7 @@ func (m *Machine) expireSuspicions() {
 		id, inc := s.id, s.inc
 		m.susp = slices.Delete(m.susp, i, i+1)
 		if j := m.find(id); j >= 0 {
-			m.members[j].state = Dead
+			m.tab.state[j] = Dead
 			m.stats.Deaths++
 			m.enqueue(Update{Member: Member{ID: id, Incarnation: inc, State: Dead}, Origin: m.self})
 			m.event(id, m.self)
@@ -370,7 +378,7 @@ func (m *Machine) Receive(now time.Duration, from ID, msg *Message) {
 		return
 	}
 	fi := m.find(from)
-	trusted := fi >= 0 && m.members[fi].state != Dead
+	trusted := fi >= 0 && m.tab.state[fi] != Dead
 	for i := range msg.Updates {
 		m.apply(from, msg.Updates[i], trusted)
 	}
@@ -393,6 +401,20 @@ func (m *Machine) Receive(now time.Duration, from ID, msg *Message) {
 	// Any message from the target proves it alive (DAOS §1.6).
 	if m.probe.active && from == m.probe.target {
 		m.probeSucceeded()
+	}
+	m.recompute()
+}
+
+// SendFailed tells the machine that msg, from its outbox, could not be sent
+// to to (for example the transport found the member unreachable). A failed
+// direct probe ping moves the probe's deadline to now, so the indirect
+// pings go out at the next Tick (CaRT zeroes the deadline the same way);
+// other failures change nothing, their deadlines run out as for a lost
+// message.
+func (m *Machine) SendFailed(now time.Duration, to ID, msg *Message) {
+	m.begin(now)
+	if p := &m.probe; p.active && !p.indirect && msg.Kind == KindPing && to == p.target && msg.Seq == p.seq {
+		p.deadline = min(p.deadline, m.now)
 	}
 	m.recompute()
 }

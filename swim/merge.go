@@ -14,6 +14,9 @@ import "slices"
 //     Alive from them; taking only the sender's own keeps a dead member
 //     from reviving others while still letting it rejoin).
 func (m *Machine) apply(from ID, u Update, trusted bool) {
+	if u.State > Dead {
+		return // not from DecodeMessage, which refuses it
+	}
 	if u.ID == m.self {
 		if u.State != Alive && u.Incarnation >= m.inc {
 			m.inc = u.Incarnation + 1
@@ -30,22 +33,22 @@ func (m *Machine) apply(from ID, u Update, trusted bool) {
 	if !trusted && (u.State != Alive || u.ID != from) {
 		return
 	}
-	e := &m.members[i]
-	was := e.state
+	st, inc := &m.tab.state[i], &m.tab.incs[i]
+	was := *st
 	switch u.State {
 	case Alive:
-		if u.Incarnation <= e.inc {
+		if u.Incarnation <= *inc {
 			return
 		}
-		e.inc, e.state = u.Incarnation, Alive
+		*inc, *st = u.Incarnation, Alive
 		m.dropSuspicion(u.ID)
 		m.enqueue(Update{Member: u.Member, Origin: u.ID})
 	case Suspect:
-		if u.Incarnation < e.inc {
+		if u.Incarnation < *inc {
 			return
 		}
-		if u.Incarnation == e.inc {
-			switch e.state {
+		if u.Incarnation == *inc {
+			switch *st {
 			case Dead:
 				return
 			case Suspect:
@@ -53,20 +56,20 @@ func (m *Machine) apply(from ID, u Update, trusted bool) {
 				return
 			}
 		}
-		e.inc, e.state = u.Incarnation, Suspect
+		*inc, *st = u.Incarnation, Suspect
 		m.suspect(u.ID, u.Incarnation, u.Origin)
 		m.enqueue(u)
 	case Dead:
-		if u.Incarnation < e.inc || u.Incarnation == e.inc && e.state == Dead {
+		if u.Incarnation < *inc || u.Incarnation == *inc && *st == Dead {
 			return
 		}
-		e.inc, e.state = u.Incarnation, Dead
+		*inc, *st = u.Incarnation, Dead
 		m.dropSuspicion(u.ID)
 		m.enqueue(u)
 	default:
 		return
 	}
-	if e.state != was {
+	if *st != was {
 		m.event(u.ID, from)
 	}
 }
@@ -109,9 +112,8 @@ func (m *Machine) entry(id ID) (Update, bool) {
 	if i < 0 {
 		return Update{}, false
 	}
-	e := m.members[i]
-	u := Update{Member: Member{ID: e.id, Incarnation: e.inc, State: e.state}, Origin: e.id}
-	switch e.state {
+	u := Update{Member: m.tab.member(i), Origin: id}
+	switch u.State {
 	case Suspect:
 		if s := m.findSuspicion(id); s != nil {
 			u.Origin = s.origin

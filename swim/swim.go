@@ -70,13 +70,6 @@ type Stats struct {
 	QueueDropped uint64 // updates dropped from a full dissemination queue
 }
 
-// member is the compact per-member entry: 16 bytes.
-type member struct {
-	id    ID
-	state State
-	inc   uint64
-}
-
 // Machine is one member's SWIM protocol state. It does no I/O and reads no
 // clock: inputs are Tick, Receive, Add and Remove, outputs are Outbox and
 // Events. A Machine is not safe for concurrent use.
@@ -86,9 +79,8 @@ type Machine struct {
 	self ID
 	inc  uint64
 
-	members []member // sorted by id; self is not in it
-	order   []ID     // probe order, a random permutation of the members
-	cursor  int
+	tab   table // the other members
+	order order // probe order over tab
 
 	probe   probe
 	helpers []helping
@@ -125,24 +117,10 @@ func (m *Machine) Config() Config { return m.cfg }
 func (m *Machine) Self() Member { return Member{ID: m.self, Incarnation: m.inc, State: Alive} }
 
 // Len returns the number of members, self included.
-func (m *Machine) Len() int { return len(m.members) + 1 }
+func (m *Machine) Len() int { return m.tab.len() + 1 }
 
-// find returns the index of id in members, or -1.
-func (m *Machine) find(id ID) int {
-	i, ok := slices.BinarySearchFunc(m.members, id, func(e member, id ID) int {
-		switch {
-		case e.id < id:
-			return -1
-		case e.id > id:
-			return 1
-		}
-		return 0
-	})
-	if !ok {
-		return -1
-	}
-	return i
-}
+// find returns the index of id in the table, or -1.
+func (m *Machine) find(id ID) int { return m.tab.find(id) }
 
 // State returns what the machine knows of id; ok is false for a member it
 // does not know. For self it is Alive at the current incarnation.
@@ -154,19 +132,18 @@ func (m *Machine) State(id ID) (Member, bool) {
 	if i < 0 {
 		return Member{}, false
 	}
-	e := m.members[i]
-	return Member{ID: e.id, Incarnation: e.inc, State: e.state}, true
+	return m.tab.member(i), true
 }
 
 // Members appends every member, self included, in ID order, to dst.
 func (m *Machine) Members(dst []Member) []Member {
 	selfDone := false
-	for _, e := range m.members {
-		if !selfDone && m.self < e.id {
+	for i, id := range m.tab.ids {
+		if !selfDone && m.self < id {
 			dst = append(dst, m.Self())
 			selfDone = true
 		}
-		dst = append(dst, Member{ID: e.id, Incarnation: e.inc, State: e.state})
+		dst = append(dst, m.tab.member(i))
 	}
 	if !selfDone {
 		dst = append(dst, m.Self())
@@ -192,14 +169,11 @@ func (m *Machine) Add(id ID, inc uint64) {
 		m.inc = max(m.inc, inc)
 		return
 	}
-	i, found := slices.BinarySearchFunc(m.members, id, func(e member, id ID) int {
-		return cmpID(e.id, id)
-	})
-	if found {
-		e := &m.members[i]
-		if inc > e.inc {
-			was := e.state
-			e.inc, e.state = inc, Alive
+	i, added := m.tab.insert(id, inc)
+	if !added {
+		if inc > m.tab.incs[i] {
+			was := m.tab.state[i]
+			m.tab.incs[i], m.tab.state[i] = inc, Alive
 			m.dropSuspicion(id)
 			m.dropQueued(id)
 			if was != Alive {
@@ -208,15 +182,16 @@ func (m *Machine) Add(id ID, inc uint64) {
 		}
 		return
 	}
-	m.members = slices.Insert(m.members, i, member{id: id, state: Alive, inc: inc})
-	// A random place in the probe order (Fisher–Yates insertion keeps the
-	// order a uniform permutation).
-	j := m.rnd.IntN(len(m.order) + 1)
-	m.order = slices.Insert(m.order, j, id)
-	if j <= m.cursor && m.cursor < len(m.order)-1 {
-		m.cursor++
-	}
+	m.order.dirty = true
 	m.recompute()
+}
+
+// Grow reserves room for n more members, so that adding a large group
+// member by member does not reallocate the table.
+func (m *Machine) Grow(n int) {
+	m.tab.ids = slices.Grow(m.tab.ids, n)
+	m.tab.incs = slices.Grow(m.tab.incs, n)
+	m.tab.state = slices.Grow(m.tab.state, n)
 }
 
 // Remove forgets id (from the group layer): its entry, suspicion, queued
@@ -226,16 +201,8 @@ func (m *Machine) Remove(id ID) {
 	if i < 0 {
 		return
 	}
-	m.members = slices.Delete(m.members, i, i+1)
-	if j := slices.Index(m.order, id); j >= 0 {
-		m.order = slices.Delete(m.order, j, j+1)
-		if j < m.cursor {
-			m.cursor--
-		}
-		if m.cursor >= len(m.order) {
-			m.cursor = 0
-		}
-	}
+	m.tab.delete(i)
+	m.order.dirty = true
 	m.dropSuspicion(id)
 	m.dropQueued(id)
 	if m.probe.active && m.probe.target == id {
@@ -245,14 +212,26 @@ func (m *Machine) Remove(id ID) {
 	m.recompute()
 }
 
-func cmpID(a, b ID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// reorder draws a new probe order after the table changed size.
+func (m *Machine) reorder() {
+	n := m.tab.len()
+	o := &m.order
+	o.n, o.dirty = n, false
+	if n == 0 {
+		o.a, o.b, o.pos = 1, 0, 0
+		return
 	}
-	return 0
+	o.b = m.rnd.IntN(n)
+	o.a = 1
+	if n > 2 {
+		for {
+			o.a = 1 + m.rnd.IntN(n-1)
+			if gcd(o.a, n) == 1 {
+				break
+			}
+		}
+	}
+	o.pos %= n
 }
 
 // Next returns the time at which Tick must next be called. Before the first
