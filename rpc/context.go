@@ -430,8 +430,10 @@ func (c *Context) connFor(ep Endpoint, id uint64) (*msgr.Conn, error) {
 	case errors.Is(err, errNoURI):
 		c.startLookup(ep, id)
 		return nil, errLookupPending
+	case errors.Is(err, errRemoved):
+		return nil, &Error{Code: CodeExcluded, Endpoint: ep}
 	case err != nil:
-		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: err.Error()}
+		return nil, &Error{Code: CodeNotFound, Endpoint: ep, Msg: err.Error()}
 	}
 	uri = c.in.selectURI(uri)
 	conn, err := c.in.m.Connect(uri)

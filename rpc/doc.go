@@ -68,10 +68,25 @@
 // A handler answers with Incoming.Reply or Incoming.Fail, before or after
 // returning (asynchronous handlers keep the Incoming). Every failure is an
 // *Error with a Code that travels in the reply (CodeUnregistered,
-// CodeMalformed, CodeHandler, CodeBadTarget...) or is decided by the
-// origin (CodeTimedOut, CodeCanceled, CodeUnreachable, CodeExcluded,
-// CodeShutdown); errors.Is matches the package's sentinels, timeouts are
-// net.Errors and match context.DeadlineExceeded.
+// CodeMalformed, CodeHandler, CodeBadTarget, CodeWrongRank...) or is
+// decided by the origin (CodeTimedOut, CodeCanceled, CodeUnreachable,
+// CodeExcluded, CodeShutdown); errors.Is matches the package's sentinels,
+// timeouts are net.Errors and match context.DeadlineExceeded. An *Error
+// names the opcode and endpoint of its request, and its text says
+// "rpc: " once: "rpc: handler error (opcode 0x01010008 to 3:0): disk on
+// fire". One failure, one code: a rank removed from the group or known
+// dead by the membership fails with ErrExcluded, at once; a rank never
+// in the group with ErrNotFound; a target process that died (its
+// connection failed, or the dial is refused) with ErrUnreachable, until
+// the membership declares it dead; a target that does not answer in
+// time (stopped, partitioned) with ErrTimedOut.
+//
+// Every instance is exactly one rank (Options.Rank; unset means rank 0,
+// a client is RankNone and serves nothing), and a target checks each
+// request's destination rank against its own: a request for another
+// rank (a stale URI, a target started with the wrong rank) is refused
+// with ErrWrongRank and no handler runs. The destination tag names the
+// context; a tag with no context is refused with ErrBadTarget.
 //
 // # Tracking: ids, credits, wait queues, timeouts
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is an RPC error code, carried in a reply's rc field so that the
@@ -29,6 +30,8 @@ const (
 	CodeBusy         Code = 13 // the target's queue is full; retry later (DER_BUSY)
 	CodeNoPerm       Code = 14 // a bulk handle does not allow the access (DER_NO_PERM)
 	CodeInvalid      Code = 15 // an argument is out of range, such as a bulk offset (DER_INVAL)
+	CodeWrongRank    Code = 16 // the target is another rank than the request was for (DER_OOG's cousin)
+	CodeGroupVersion Code = 17 // the origin's group version is not the target's (DER_GRPVER)
 )
 
 // Sentinel errors, one per code: errors.Is(err, rpc.ErrTimedOut) holds for
@@ -55,7 +58,11 @@ var (
 	ErrBadTarget = errors.New("rpc: bad target")
 	// ErrTooLarge: an input or output exceeds MaxPayload.
 	ErrTooLarge = errors.New("rpc: payload too large")
-	// ErrExcluded: the target rank was removed from the group.
+	// ErrExcluded: the target rank is excluded from the group: it was
+	// removed (Group.Remove, Modify, a new membership from the group's
+	// authority) or this instance's membership knows it is dead (SWIM).
+	// Requests to it fail at once, and it is not dialled, until it is a
+	// live member again.
 	ErrExcluded = errors.New("rpc: rank excluded from group")
 	// ErrShutdown: the context or instance is closed.
 	ErrShutdown = errors.New("rpc: shut down")
@@ -67,6 +74,15 @@ var (
 	// ErrNoPerm: a bulk handle's permissions do not allow the transfer
 	// (a PUT to a read-only handle, a GET from a write-only one).
 	ErrNoPerm = errors.New("rpc: permission denied")
+	// ErrWrongRank: the request reached an instance of another rank than
+	// its destination (the group's URI for the rank is stale, or the
+	// target was started with another rank). The target refuses it
+	// without running a handler; the error's text names the rank it is.
+	ErrWrongRank = errors.New("rpc: wrong rank")
+	// ErrGroupVersion: the target checks group versions for the RPC
+	// (CheckGroupVersion, collectives) and the origin's differs from its
+	// own; retry once the group has been updated.
+	ErrGroupVersion = errors.New("rpc: group version mismatch")
 
 	// ErrExists: a protocol with that base and version is already
 	// registered, or a rank is already a member.
@@ -98,6 +114,8 @@ var codeErrs = [...]error{
 	CodeBusy:         ErrBusy,
 	CodeNoPerm:       ErrNoPerm,
 	CodeInvalid:      ErrInvalid,
+	CodeWrongRank:    ErrWrongRank,
+	CodeGroupVersion: ErrGroupVersion,
 }
 
 // Err returns the sentinel error of the code (nil for CodeOK and for codes
@@ -123,6 +141,20 @@ func (c Code) String() string {
 // Error is the error of a failed RPC. It says which code, which opcode and
 // endpoint, whether the target reported it (Remote), and the target's
 // message if any. It matches its code's sentinel with errors.Is.
+//
+// Its text is "rpc: CODE (opcode OP to RANK:TAG): DETAIL": the package
+// prefix once, the opcode and endpoint of the request it is for (left
+// out only when both are zero, as for errors of bulk transfers, which
+// have no opcode), then the detail (Msg, then Err, each without a
+// repeated "rpc: " prefix).
+//
+// One failure has one code: a target that is not (or no longer) a member
+// or that this instance's membership knows dead: CodeExcluded; a target
+// process that died, or whose address refuses connections, before the
+// membership knows it: CodeUnreachable (its in-flight requests fail when
+// the connection does, new ones when the dial is refused); a target that
+// does not answer in time (stopped, overloaded, partitioned):
+// CodeTimedOut.
 type Error struct {
 	Code     Code
 	Opcode   Opcode
@@ -141,13 +173,84 @@ func (e *Error) Error() string {
 	if e.Opcode != 0 || e.Endpoint != (Endpoint{}) {
 		s += fmt.Sprintf(" (opcode %v to %v)", e.Opcode, e.Endpoint)
 	}
-	if e.Msg != "" {
-		s += ": " + e.Msg
-	}
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
+	if d := e.detail(); d != "" {
+		s += ": " + d
 	}
 	return s
+}
+
+// detail is the error's text after its code, opcode and endpoint: Msg,
+// then Err, without the "rpc: " prefixes or a repeat of the code's
+// own text.
+func (e *Error) detail() string {
+	var parts []string
+	if m := trimPrefixes(e.Msg, e.Code); m != "" {
+		parts = append(parts, m)
+	}
+	if e.Err != nil {
+		var s string
+		if inner, ok := e.Err.(*Error); ok {
+			s = inner.Code.String()
+			if inner.Opcode != e.Opcode || inner.Endpoint != e.Endpoint {
+				if inner.Opcode != 0 || inner.Endpoint != (Endpoint{}) {
+					s += fmt.Sprintf(" (opcode %v to %v)", inner.Opcode, inner.Endpoint)
+				}
+			}
+			if d := inner.detail(); d != "" {
+				s += ": " + d
+			}
+		} else {
+			s = trimPrefixes(e.Err.Error(), CodeOK)
+		}
+		if s != "" && (len(parts) == 0 || !strings.HasSuffix(parts[0], s)) {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, ": ")
+}
+
+// trimPrefixes removes leading "rpc: " prefixes from s, and the text of
+// code's sentinel after them ("rpc: timed out: x" is "x" for a
+// timeout).
+func trimPrefixes(s string, code Code) string {
+	for {
+		t := strings.TrimPrefix(s, "rpc: ")
+		if code != CodeOK {
+			if name := code.String(); strings.HasPrefix(t, name) {
+				rest := t[len(name):]
+				switch {
+				case rest == "":
+					t = ""
+				case strings.HasPrefix(rest, ": "):
+					t = rest[2:]
+				case strings.HasPrefix(rest, " (opcode "):
+					// Our own format: drop the repeated code, keep the rest.
+					if i := strings.Index(rest, "): "); i >= 0 {
+						t = rest[i+3:]
+					} else if strings.HasSuffix(rest, ")") {
+						t = ""
+					}
+				}
+			}
+		}
+		if t == s {
+			return s
+		}
+		s = t
+	}
+}
+
+// errText is the text a target sends with an error reply: err's detail
+// without the package prefix and without the code's own name (the
+// origin's *Error names the code, opcode and endpoint itself).
+func errText(err error, code Code) string {
+	if err == nil {
+		return "nil error"
+	}
+	if e, ok := err.(*Error); ok {
+		return e.detail()
+	}
+	return trimPrefixes(err.Error(), code)
 }
 
 // Is reports whether target is the code's sentinel; a timeout also

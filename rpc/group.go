@@ -28,6 +28,10 @@ type Group struct {
 	version uint32
 	self    uint32
 	members map[uint32]*member
+	// removed remembers the ranks that left, with the URI of their tag
+	// 0: a request to one fails with ErrExcluded (not ErrNotFound, as
+	// for a rank never known), and a rejoining rank can be re-added.
+	removed map[uint32]string
 }
 
 type member struct {
@@ -77,7 +81,7 @@ func (o ModOp) String() string {
 }
 
 func newGroup(name string, inst *Instance, self uint32, selfURI string) *Group {
-	g := &Group{name: name, inst: inst, self: self, members: map[uint32]*member{}}
+	g := &Group{name: name, inst: inst, self: self, members: map[uint32]*member{}, removed: map[uint32]string{}}
 	if self != RankNone {
 		g.members[self] = &member{uris: []string{selfURI}}
 	}
@@ -132,6 +136,7 @@ func (g *Group) Has(rank uint32) bool {
 // member, or the URI of that tag is not known (a URI lookup can find it).
 var (
 	errNotMember = errors.New("rank not in group")
+	errRemoved   = errors.New("rank removed from group")
 	errNoURI     = errors.New("URI not known")
 )
 
@@ -149,6 +154,9 @@ func (g *Group) lookupURI(rank uint32, tag uint16) (string, error) {
 	defer g.mu.RUnlock()
 	m, ok := g.members[rank]
 	if !ok {
+		if _, gone := g.removed[rank]; gone {
+			return "", errRemoved
+		}
 		return "", errNotMember
 	}
 	if u := m.uri(tag); u != "" {
@@ -228,10 +236,12 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (removed, changed 
 		}
 		for _, m := range ms {
 			g.members[m.Rank] = &member{uris: []string{m.URI}}
+			delete(g.removed, m.Rank)
 		}
 	case ModRemove:
 		for _, m := range ms {
-			if _, ok := g.members[m.Rank]; ok {
+			if old, ok := g.members[m.Rank]; ok {
+				g.removed[m.Rank] = old.uri(0)
 				delete(g.members, m.Rank)
 				removed = append(removed, m.Rank)
 			}
@@ -241,8 +251,9 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (removed, changed 
 		for _, m := range ms {
 			keep[m.Rank] = m.URI
 		}
-		for r := range g.members {
+		for r, old := range g.members {
 			if _, ok := keep[r]; !ok && r != g.self {
+				g.removed[r] = old.uri(0)
 				delete(g.members, r)
 				removed = append(removed, r)
 			}
@@ -259,6 +270,7 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (removed, changed 
 				continue
 			}
 			g.members[r] = &member{uris: []string{u}}
+			delete(g.removed, r)
 		}
 	default:
 		return nil, nil, fmt.Errorf("%w: group op %d", ErrInvalid, op)
@@ -418,6 +430,7 @@ func (g *Group) ReadAttach(r io.Reader) error {
 		switch {
 		case !ok:
 			g.members[m.Rank] = &member{uris: []string{m.URI}}
+			delete(g.removed, m.Rank)
 			dirty = true
 		case old.uri(0) != m.URI:
 			g.members[m.Rank] = &member{uris: []string{m.URI}}

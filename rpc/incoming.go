@@ -173,7 +173,7 @@ func (r *Incoming) Decode(v Output) error {
 		r.taken = true
 	}
 	if err := decodeOutput(v, r.body, r.data); err != nil {
-		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Msg: "decoding input: " + err.Error()}
+		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Endpoint: r.Source(), Msg: "decoding input", Err: err}
 	}
 	return nil
 }
@@ -208,11 +208,7 @@ func (r *Incoming) fail(err error) {
 	if code == CodeOK {
 		code = CodeHandler
 	}
-	text := "nil error"
-	if err != nil {
-		text = err.Error()
-	}
-	r.sendError(code, text)
+	r.sendError(code, errText(err, code))
 }
 
 // failCode answers an unclaimed request with code (used before any
@@ -249,11 +245,11 @@ func (r *Incoming) reply(out Input) error {
 	if err != nil {
 		*bp = front
 		putBuf(bp)
-		e := &Error{Code: CodeOf(err), Opcode: r.Opcode(), Msg: "encoding output: " + err.Error()}
+		e := &Error{Code: CodeOf(err), Opcode: r.Opcode(), Endpoint: r.Source(), Msg: "encoding output", Err: err}
 		if e.Code == CodeHandler {
 			e.Code = CodeMalformed
 		}
-		r.sendError(e.Code, e.Error())
+		r.sendError(e.Code, e.detail())
 		return e
 	}
 	var ovf *Bulk
@@ -264,9 +260,9 @@ func (r *Incoming) reply(out Input) error {
 				if !r.in.holdOutput(conn, int64(n)) {
 					*bp = front
 					putBuf(bp)
-					e := &Error{Code: CodeBusy, Opcode: r.Opcode(),
+					e := &Error{Code: CodeBusy, Opcode: r.Opcode(), Endpoint: r.Source(),
 						Msg: "the origin has IncomingLimit bytes of outputs it has not pulled"}
-					r.sendError(e.Code, e.Error())
+					r.sendError(e.Code, e.Msg)
 					return e
 				}
 				// The origin pulls the output and then releases the
@@ -279,12 +275,12 @@ func (r *Incoming) reply(out Input) error {
 		}
 		h.Put(front)
 	}
-	op := r.Opcode()
+	op, src := r.Opcode(), r.Source()
 	if err := r.send(front, bp, data); err != nil {
 		if ovf != nil {
 			ovf.Free() // nobody will pull or release it
 		}
-		return &Error{Code: CodeUnreachable, Opcode: op, Msg: "the reply was not sent", Err: err}
+		return &Error{Code: CodeUnreachable, Opcode: op, Endpoint: src, Msg: "the reply was not sent", Err: err}
 	}
 	return nil
 }
@@ -296,6 +292,7 @@ func (r *Incoming) sendError(code Code, text string) {
 		r.release()
 		return
 	}
+	text = trimPrefixes(text, code)
 	if len(text) > maxErrText {
 		text = text[:maxErrText]
 	}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,17 +462,29 @@ func (in *Instance) dispatch(m *msg.Message) {
 	in.handleRequest(m, &h, body)
 }
 
+// rankString formats a rank, "none" for RankNone.
+func rankString(r uint32) string {
+	if r == RankNone {
+		return "none"
+	}
+	return strconv.FormatUint(uint64(r), 10)
+}
+
 func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 	c := in.Context(h.DstTag)
 	op := Opcode(h.Opcode)
 	var def *rpcDef
 	code, text := CodeOK, ""
 	switch {
+	case h.DstRank != in.rank:
+		// Another rank's request (a stale URI, a target started with the
+		// wrong rank): answering it would act for that rank.
+		code, text = CodeWrongRank, fmt.Sprintf("request for rank %d reached rank %s", h.DstRank, rankString(in.rank))
 	case c == nil:
 		code, text = CodeBadTarget, fmt.Sprintf("no context with tag %d", h.DstTag)
 	default:
 		if def = in.reg.lookup(op); def == nil || def.handler == nil {
-			code, text = CodeUnregistered, fmt.Sprintf("opcode %v is not registered", op)
+			code, text = CodeUnregistered, "not registered at the target"
 		}
 	}
 	r := getIncoming()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -39,7 +40,7 @@ type Endpoint struct {
 	Tag  uint16
 }
 
-func (e Endpoint) String() string { return fmt.Sprintf("%d:%d", e.Rank, e.Tag) }
+func (e Endpoint) String() string { return rankString(e.Rank) + ":" + strconv.Itoa(int(e.Tag)) }
 
 // Options configure an Instance (crt_init_options_t). The zero value of
 // every field means its default; the zero Options make a client-only
@@ -53,8 +54,13 @@ type Options struct {
 	// client-only instance (CaRT without CRT_FLAG_BIT_SERVER). Not allowed
 	// with Messenger.
 	Listen string
-	// Rank is this instance's rank in its primary group when it listens
-	// (default 0). A client-only instance has RankNone.
+	// Rank is this instance's rank in its primary group when it listens.
+	// Left unset it is rank 0: an instance is always exactly one rank,
+	// and answers only requests addressed to that rank; a request for
+	// another rank is refused with CodeWrongRank (ErrWrongRank) without
+	// running a handler, so a server started without its rank answers as
+	// rank 0 only, never for every rank. A client-only instance has
+	// RankNone and serves nothing.
 	Rank uint32
 	// Group is the primary group's name; default DefaultGroup.
 	Group string

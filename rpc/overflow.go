@@ -206,14 +206,14 @@ func (c *Context) startPull(r *Incoming) {
 	}
 	_, err := c.startOn(conn, d, nil, func(err error) {
 		if err != nil {
-			r.failCode(CodeOf(err), fmt.Sprintf("pulling the %d-byte input: %v", r.ovfLen, err))
+			r.failCode(CodeOf(err), fmt.Sprintf("pulling the %d-byte input: %s", r.ovfLen, errText(err, CodeOf(err))))
 			return
 		}
 		r.data = msg.Buffers{buf}
 		c.deliverIncoming(r)
 	})
 	if err != nil {
-		r.failCode(CodeOf(err), "pulling the input: "+err.Error())
+		r.failCode(CodeOf(err), "pulling the input: "+errText(err, CodeOf(err)))
 	}
 }
 

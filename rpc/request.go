@@ -261,7 +261,12 @@ func (r *request) result(out Output) error {
 		return &Error{Code: CodeShutdown, Opcode: op, Endpoint: ep}
 	default:
 		if e, ok := r.failErr.(*Error); ok {
-			return e
+			// The cause may be shared by several requests (a failed
+			// connection's): each gets its own copy naming its opcode
+			// and endpoint.
+			c := *e
+			c.Opcode, c.Endpoint = op, ep
+			return &c
 		}
 		return &Error{Code: CodeUnreachable, Opcode: op, Endpoint: ep, Err: r.failErr}
 	}

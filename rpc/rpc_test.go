@@ -498,8 +498,8 @@ func TestTargetErrors(t *testing.T) {
 	if err := c.Call(ctx, rpc.Endpoint{}, op(opBytes), &big, nil); !errors.Is(err, rpc.ErrTooLarge) {
 		t.Errorf("too large: %v", err)
 	}
-	// Rank not in the group.
-	if err := c.Call(ctx, rpc.Endpoint{Rank: 5}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrUnreachable) {
+	// Rank never in the group.
+	if err := c.Call(ctx, rpc.Endpoint{Rank: 5}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrNotFound) {
 		t.Errorf("unknown rank: %v", err)
 	}
 	// A context that goes away after its URI was learned: the target
@@ -635,7 +635,7 @@ func TestRankRemovedWhileQueued(t *testing.T) {
 		}
 	}
 	held.Reply(nil)
-	if err := c.Call(context.Background(), rpc.Endpoint{Rank: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrUnreachable) {
+	if err := c.Call(context.Background(), rpc.Endpoint{Rank: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrExcluded) {
 		t.Fatalf("call to removed rank: %v", err)
 	}
 	if err := c.Call(context.Background(), rpc.Endpoint{Rank: 0}, op(opEcho), &pair{}, new(pair)); err != nil {

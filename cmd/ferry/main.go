@@ -58,7 +58,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as rank 0", usage: "[--listen ADDR] [--name TYPE.ID] [--fsid UUID] [--verbose]", run: runServe},
+		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as rank 0", usage: "[--listen ADDR] [--name TYPE.ID] [--rank N] [--fsid UUID] [--verbose]", run: runServe},
 		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR", run: runPing},
 		{name: "bench", summary: "compare ferry's round trips with each transport's raw floor, and write a table and plots", usage: "[--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]", run: runBench},
 		{name: "bench-echo", summary: "echo length-prefixed frames: the raw floor's server for ferry bench", usage: "[--listen ADDR]", run: runBenchEcho, hidden: true},

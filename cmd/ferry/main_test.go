@@ -321,11 +321,11 @@ func TestSelftestJSON(t *testing.T) {
 }
 
 // `ferry selftest --endpoints` against two `ferry serve` processes, which
-// serve the self-test protocol as rank 0 beside their Ceph pings.
+// serve the self-test protocol as ranks 0 and 1 beside their Ceph pings.
 func TestSelftestEndpoints(t *testing.T) {
 	a := startServe(t)
-	b := startServe(t)
-	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "30", "--sizes", "0 0,100 100000,b200000 b3000", "--endpoints", a.addr+","+b.addr)
+	b := startServe(t, "--rank", "1")
+	r := runFerry(t, 2*time.Minute, "selftest", "--json", "--reps", "30", "--sizes", "0 0,100 100000,b200000 b3000", "--endpoints", a.addr+",1@"+b.addr)
 	if r.code != 0 {
 		t.Fatalf("selftest exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}

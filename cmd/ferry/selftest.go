@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +26,7 @@ const (
 // --inflight in flight and prints the RPC rate, bandwidth and latencies.
 func runSelftest(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "selftest")
-	endpoints := fs.String("endpoints", "", "comma-separated `ADDRS` of ranks to test (ferry serve processes); default: start --ranks ranks in this process")
+	endpoints := fs.String("endpoints", "", "comma-separated `ADDRS` of ranks to test (ferry serve processes), each RANK@ADDR or ADDR (the rank is then its position, from 0); default: start --ranks ranks in this process")
 	ranks := fs.Int("ranks", selftestRanks, "ranks to start in this process when --endpoints is not given")
 	sizes := fs.String("sizes", selftest.DefaultSizes, "message-size `PAIRS` \"SEND REPLY\", comma-separated (CaRT's -s; sizes in bytes, K and M suffixes; a b prefix moves that side by bulk transfer)")
 	reps := fs.Int("reps", selftestReps, "RPCs per size pair (CaRT's -r)")
@@ -91,8 +92,9 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		defer g.Close()
 		cli, eps = g.Client, g.Endpoints()
 	} else {
-		// Each address is a rank of the client's view of the group; a
-		// `ferry serve` answers whatever rank it is addressed as.
+		// Each address is a rank of the client's view of the group: a
+		// target answers only for its own rank (`ferry serve --rank N`,
+		// 0 by default).
 		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: cliTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
@@ -100,10 +102,18 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		}
 		defer cli.Close()
 		for i, a := range addrs {
-			if err := cli.Group().Add(uint32(i), a); err != nil {
+			rank := uint32(i)
+			if rs, addr, ok := strings.Cut(a, "@"); ok {
+				n, err := strconv.ParseUint(rs, 10, 32)
+				if err != nil || uint32(n) == rpc.RankNone {
+					return usageError(e, fs, "--endpoints: %q is not RANK@ADDR", a)
+				}
+				rank, a = uint32(n), addr
+			}
+			if err := cli.Group().Add(rank, a); err != nil {
 				return usageError(e, fs, "--endpoints: %v", err)
 			}
-			eps = append(eps, rpc.Endpoint{Rank: uint32(i)})
+			eps = append(eps, rpc.Endpoint{Rank: rank})
 		}
 	}
 	c, err := cli.NewContext(rpc.ContextOptions{Timeout: *rpcTimeout})

@@ -30,6 +30,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	name := fs.String("name", "mon.a", "entity to serve as, TYPE.ID; a mon's ID is its name and its number is its rank (0 unless the ID is a number)")
 	fsidFlag := fs.String("fsid", "", "cluster fsid reported in the ping status (default: random)")
 	verbose := fs.Bool("verbose", false, "log debug messages")
+	rank := fs.Uint("rank", 0, "the RPC rank to serve as: requests for other ranks are refused (ErrWrongRank)")
 	mflags := addMsgrFlags(fs, "stateless-server")
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
@@ -37,6 +38,9 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	}
 	if len(pos) > 0 {
 		return usageError(e, fs, "unexpected arguments %q", pos)
+	}
+	if uint64(*rank) >= uint64(rpc.RankNone) {
+		return usageError(e, fs, "--rank %d is out of range", *rank)
 	}
 	mopts, err := mflags.options()
 	if err != nil {
@@ -55,7 +59,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		fsid = randomFSID()
 	}
 	log := newLogger(e, *verbose)
-	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts})
+	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts, Rank: uint32(*rank)})
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -63,7 +67,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	// The first line of stdout is the contract with scripts and tests.
 	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
 	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
-	log.Info("serving pings and the RPC self-test as rank 0", "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
+	log.Info("serving pings and the RPC self-test", "rank", *rank, "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
 	<-ctx.Done()
 	log.Info("shutting down", "pings_answered", srv.Pings())
 	srv.Close()
@@ -112,6 +116,8 @@ type serverConfig struct {
 	// Msgr sets the policy, fault injection, keepalives and backoff; nil
 	// means stateless-server and the messenger's defaults.
 	Msgr *msgrOptions
+	// Rank is the RPC rank served (0 by default).
+	Rank uint32
 }
 
 // server answers every MPing with an MPing whose front is a mon-like JSON
@@ -119,7 +125,7 @@ type serverConfig struct {
 // copy).
 type server struct {
 	m     *msgr.Messenger
-	rpc   *rpc.Instance // rank 0 on the same messenger: the self-test service
+	rpc   *rpc.Instance // the RPC rank on the same messenger: the self-test service
 	log   *slog.Logger
 	addr  string
 	reply *msg.Message // template: header and front shared by all replies
@@ -173,9 +179,9 @@ func startServer(cfg serverConfig) (*server, error) {
 		return nil, err
 	}
 	// The RPC layer joins the messenger (it takes only RPC message types)
-	// as rank 0 with one context: every rpc instance serves the self-test
-	// protocol and the internal RPCs.
-	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: 0, Logger: cfg.Logger})
+	// as cfg.Rank with one context: every rpc instance serves the
+	// self-test protocol and the internal RPCs.
+	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: cfg.Rank, Logger: cfg.Logger})
 	if err != nil {
 		m.Shutdown()
 		return nil, err

@@ -96,7 +96,7 @@ func TestRunLocalGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Failures != 5 || !errors.Is(res.FirstError, rpc.ErrUnreachable) {
+	if res.Failures != 5 || !errors.Is(res.FirstError, rpc.ErrNotFound) {
 		t.Fatalf("%+v", res)
 	}
 	// Rates count only RPCs that succeeded.
