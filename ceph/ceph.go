@@ -1,7 +1,7 @@
 // Package ceph holds Ceph message types that ferry speaks for
 // interoperability with Ceph daemons and tools: MPing, MMonGetVersion,
-// MMonGetVersionReply, MMonCommand, MMonCommandAck, MCommand and
-// MCommandReply. Each type encodes to
+// MMonGetVersionReply, MMonCommand, MMonCommandAck, MMonGetMap, MMonMap,
+// MCommand and MCommandReply. Each type encodes to
 // and decodes from the segments of a *msg.Message exactly as Ceph 16.2
 // (Pacific) does, including the header's type, version, compat version and
 // the priority Ceph's messengers give it.
@@ -27,6 +27,8 @@ import (
 // src/msg/Message.h). Wire constants; append only.
 const (
 	MsgPing               uint16 = 2  // CEPH_MSG_PING: MPing
+	MsgMonMap             uint16 = 4  // CEPH_MSG_MON_MAP: MMonMap
+	MsgMonGetMap          uint16 = 5  // CEPH_MSG_MON_GET_MAP: MMonGetMap
 	MsgMonGetVersion      uint16 = 19 // CEPH_MSG_MON_GET_VERSION: MMonGetVersion
 	MsgMonGetVersionReply uint16 = 20 // CEPH_MSG_MON_GET_VERSION_REPLY: MMonGetVersionReply
 	MsgMonCommand         uint16 = 50 // MSG_MON_COMMAND: MMonCommand
@@ -45,8 +47,13 @@ const (
 	monCommandVersion         = 1 // MMonCommand: PaxosServiceMessage{MSG_MON_COMMAND, 0}
 	monCommandAckVersion      = 1 // MMonCommandAck: PaxosServiceMessage{MSG_MON_COMMAND_ACK, v}
 	commandVersion            = 1 // MCommand: Message{MSG_COMMAND}
-	commandReplyVersion       = 1 // MCommandReply: Message{MSG_COMMAND_REPLY}
-	compatVersion             = 0 // all of the above leave compat_version at 0
+	monMapVersion             = 1 // MMonMap: Message{CEPH_MSG_MON_MAP}
+	monGetMapVersion          = 1 // MMonGetMap: Message{CEPH_MSG_MON_GET_MAP}
+	// monMapMaxCompat is the newest monmap compat version decoded (Pacific
+	// writes ENCODE_START(9, 6)).
+	monMapMaxCompat     = 9
+	commandReplyVersion = 1 // MCommandReply: Message{MSG_COMMAND_REPLY}
+	compatVersion       = 0 // all of the above leave compat_version at 0
 )
 
 // Priorities the messages get on the wire. Ceph's constructors leave the
@@ -117,6 +124,10 @@ func typeName(t uint16) string {
 		return "mon_command"
 	case MsgCommand:
 		return "command"
+	case MsgMonMap:
+		return "mon_map"
+	case MsgMonGetMap:
+		return "mon_get_map"
 	case MsgCommandReply:
 		return "command_reply"
 	case MsgAuth:

@@ -136,6 +136,16 @@ func TestExactBytes(t *testing.T) {
 				"01000000 01000000 63",
 		},
 		{
+			name: "mon_get_map", m: &MonGetMap{},
+			typ: 5, version: 1, prio: msg.PrioDefault,
+			front: "",
+		},
+		{
+			name: "mon_map", m: &MonMap{Map: EncodeMonMapHead(fsid, 2, []byte{0xaa})},
+			typ: 4, version: 1, prio: msg.PrioHigh,
+			front: "1b000000 0906 15000000" + "21ccba25a6c741d0a04d8d83e4e702e3" + "02000000 aa",
+		},
+		{
 			// As `ceph tell osd.0 version` sends it (ceph-auth.md §8).
 			name: "command",
 			m:    &Command{Tid: 2, FSID: fsid, Cmd: []string{`{"prefix": "version"}`}},
@@ -212,6 +222,8 @@ func samples(t testing.TB) []codec {
 		&MonCommandAck{Tid: 77, PaxosVersion: 12, R: -22, RS: "invalid", Cmd: []string{"x", "yy"}, Output: []byte(`{"ok":true}`)},
 		&Command{Tid: 78, FSID: fsid, Cmd: []string{`{"prefix":"version"}`, "z"}, Input: []byte("in")},
 		&CommandReply{Tid: 78, R: -95, RS: "unsupported", Output: []byte(`{"version":"16.2.15"}`)},
+		&MonMap{Map: EncodeMonMapHead(fsid, 3, []byte("rest")), FSID: fsid, Epoch: 3},
+		&MonGetMap{},
 	}
 }
 
@@ -302,6 +314,29 @@ func TestTrailingBytesIgnored(t *testing.T) {
 		if !reflect.DeepEqual(got, v) {
 			t.Fatalf("got %+v, want %+v", got, v)
 		}
+	}
+}
+
+func TestMonMapOldOrNewer(t *testing.T) {
+	fsid := mustFSID(t, testFSID)
+	// Struct versions before 3 are not the versioned form.
+	old := EncodeMonMapHead(fsid, 1, nil)
+	old[0] = 2
+	m := (&MonMap{Map: old}).Marshal()
+	if err := new(MonMap).Unmarshal(m); !errors.Is(err, ErrMalformed) || !errors.Is(err, denc.ErrVersion) {
+		t.Fatalf("struct v2: err = %v", err)
+	}
+	// A compat version beyond Pacific's is refused, a newer struct
+	// version within it is read.
+	newer := EncodeMonMapHead(fsid, 7, []byte("more fields"))
+	newer[0], newer[1] = 12, 10
+	if err := new(MonMap).Unmarshal((&MonMap{Map: newer}).Marshal()); !errors.Is(err, denc.ErrVersion) {
+		t.Fatalf("compat 10: err = %v", err)
+	}
+	newer[1] = 6
+	var mm MonMap
+	if err := mm.Unmarshal((&MonMap{Map: newer}).Marshal()); err != nil || mm.FSID != fsid || mm.Epoch != 7 {
+		t.Fatalf("struct v12: %+v, %v", mm, err)
 	}
 }
 
