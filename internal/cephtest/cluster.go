@@ -59,13 +59,16 @@ type ClusterOptions struct {
 	// NoOSD and NoMgr leave the OSD or the mgr out (faster when a test
 	// needs only the mon).
 	NoOSD, NoMgr bool
+	// AuthNone runs the cluster with auth none instead of cephx (for
+	// tests of what does not depend on authentication).
+	AuthNone bool
 	// Conf is appended to the [global] section of ceph.conf.
 	Conf string
 }
 
 // Cluster is a running throwaway Ceph cluster: one mon (mon.a), a memstore
 // OSD (osd.0) and a mgr (mgr.x), with cephx required for every
-// connection. Its fields must not be modified. Its methods are safe for
+// connection (auth none with ClusterOptions.AuthNone). Its fields must not be modified. Its methods are safe for
 // concurrent use.
 type Cluster struct {
 	FSID     string // the cluster's fsid, canonical UUID form
@@ -368,6 +371,10 @@ func (c *Cluster) conf(opts ClusterOptions, bindBase int) string {
 	if len(asok)+len("client.admin")-len("$name") > 100 { // sun_path holds 108 bytes
 		asok = ""
 	}
+	authMethod := "cephx"
+	if opts.AuthNone {
+		authMethod = "none"
+	}
 	modes := ""
 	if opts.Mode != "" {
 		for _, o := range []string{"ms mon client mode", "ms mon service mode", "ms mon cluster mode",
@@ -385,9 +392,9 @@ ms bind port min = %[3]d
 ms bind port max = %[4]d
 # Fail at once if the mon's port is taken; StartCluster retries elsewhere.
 ms bind retry count = 1
-auth cluster required = cephx
-auth service required = cephx
-auth client required = cephx
+auth cluster required = %[11]s
+auth service required = %[11]s
+auth client required = %[11]s
 auth allow insecure global id reclaim = false
 mon warn on insecure global id reclaim allowed = false
 %[5]smon data avail warn = 1
@@ -420,7 +427,7 @@ keyring = %[9]s/$cluster.$name.keyring
 log file =
 admin socket =
 `, c.FSID, c.MonHost(), bindBase, bindBase+bindRange-1, modes,
-		filepath.Join(c.Dir, "run"), asok, filepath.Join(c.Dir, "log"), c.Dir, opts.Conf)
+		filepath.Join(c.Dir, "run"), asok, filepath.Join(c.Dir, "log"), c.Dir, opts.Conf, authMethod)
 }
 
 // daemon is one Ceph daemon process run in the foreground.
