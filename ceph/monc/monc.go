@@ -1,0 +1,763 @@
+// Package monc is a Ceph mon client (Ceph's MonClient): it hunts across
+// the mons a configuration lists until one accepts a session, keeps that
+// session (hunting again when it is lost), learns the cluster's fsid from
+// the monmap, and runs what clients ask of mons: MPing, MMonGetVersion,
+// MMonCommand. It also finds an OSD's address in the OSD map (the mon
+// command "osd find") and runs MCommand on the OSD itself, as
+// `ceph tell osd.N` does.
+//
+// A Client owns its messenger. Its methods are safe for concurrent use.
+package monc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/ceph"
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+)
+
+// Defaults.
+const (
+	// DefaultHuntTimeout bounds one attempt to open a session with one
+	// mon (Ceph's mon_client_hunt_interval is 3 s, backed off).
+	DefaultHuntTimeout = 10 * time.Second
+)
+
+// Errors.
+var (
+	// ErrNoMons means the configuration lists no mon.
+	ErrNoMons = errors.New("monc: no mons configured")
+	// ErrClosed means the client was closed.
+	ErrClosed = errors.New("monc: client closed")
+	// ErrSessionLost means the session a request was sent on failed
+	// before its reply came; the request may or may not have run.
+	ErrSessionLost = errors.New("monc: session lost before the reply")
+	// ErrNoAddr means an entity has no address ferry can connect to.
+	ErrNoAddr = errors.New("monc: no usable address")
+)
+
+// HuntError reports that no mon accepted a session: the error of each
+// attempt, in order.
+type HuntError struct {
+	Attempts []AttemptError
+}
+
+// AttemptError is one failed attempt of a hunt.
+type AttemptError struct {
+	Addr string
+	Err  error
+}
+
+// Error lists the attempts.
+func (e *HuntError) Error() string {
+	s := "monc: no mon accepted a session:"
+	for _, a := range e.Attempts {
+		s += fmt.Sprintf(" %s: %v;", a.Addr, a.Err)
+	}
+	return s[:len(s)-1]
+}
+
+// Unwrap returns the attempts' errors, so errors.Is finds, say, a
+// wrong key's auth.ErrBadKey or a refused mode.
+func (e *HuntError) Unwrap() []error {
+	errs := make([]error, len(e.Attempts))
+	for i, a := range e.Attempts {
+		errs[i] = a.Err
+	}
+	return errs
+}
+
+// CommandError is a command's non-zero result: a negative errno (Linux
+// numbering) and the status string the daemon gave.
+type CommandError struct {
+	R  int32
+	RS string
+}
+
+// Error gives the result and the status string.
+func (e *CommandError) Error() string {
+	if e.RS == "" {
+		return fmt.Sprintf("command failed: %d (%s)", e.R, errnoName(e.R))
+	}
+	return fmt.Sprintf("command failed: %d (%s): %s", e.R, errnoName(e.R), e.RS)
+}
+
+// CommandResult is what a mon or an OSD answers to a command.
+type CommandResult struct {
+	R      int32  // 0, or a negative errno
+	RS     string // status string
+	Output []byte // the output (what `ceph` prints on stdout)
+}
+
+// Err returns nil when R is 0, else a *CommandError.
+func (r *CommandResult) Err() error {
+	if r.R == 0 {
+		return nil
+	}
+	return &CommandError{R: r.R, RS: r.RS}
+}
+
+// Config configures a Client.
+type Config struct {
+	// Mons are the mons to hunt across, each an address vector (see
+	// cephconf.ParseMonHost). At least one.
+	Mons []msg.AddrVec
+	// Msgr is the configuration of the client's messenger: its name,
+	// auth settings and connection modes. Its Logger defaults to Logger.
+	Msgr msgr.Config
+	// HuntTimeout bounds one attempt with one mon; default
+	// DefaultHuntTimeout.
+	HuntTimeout time.Duration
+	// Logger receives the client's logs; default slog.Default().
+	Logger *slog.Logger
+	// Rand orders the hunt (Ceph hunts in random order); nil means a
+	// random order, a non-nil source a reproducible one.
+	Rand *rand.Rand
+}
+
+// Client is a mon client. See the package documentation.
+type Client struct {
+	cfg Config
+	m   *msgr.Messenger
+	log *slog.Logger
+
+	tid atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	mon     *msgr.Conn // the mon session, nil when hunting is needed
+	monAddr string
+	fsid    ceph.FSID
+	epoch   uint32
+	waiters map[key]waiter
+	pings   []chan *msg.Message // on the mon session; MPing replies carry no tid: FIFO
+	osds    map[int]*msgr.Conn
+
+	huntMu sync.Mutex // one hunt at a time
+}
+
+// key identifies a pending reply: its message type and tid (or handle).
+type key struct {
+	typ uint16
+	id  uint64
+}
+
+// waiter is a pending request: where its reply goes, and the connection
+// it was sent on (whose loss fails it).
+type waiter struct {
+	ch   chan *msg.Message
+	conn *msgr.Conn
+}
+
+// New returns a Client and starts its messenger; it does not connect
+// (see Connect).
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Mons) == 0 {
+		return nil, ErrNoMons
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HuntTimeout <= 0 {
+		cfg.HuntTimeout = DefaultHuntTimeout
+	}
+	mc := cfg.Msgr
+	if mc.Logger == nil {
+		mc.Logger = cfg.Logger
+	}
+	m, err := msgr.New(mc)
+	if err != nil {
+		return nil, err
+	}
+	m.SetDefaultPolicy(msgr.LossyClient())
+	c := &Client{
+		cfg:     cfg,
+		m:       m,
+		log:     cfg.Logger,
+		waiters: map[key]waiter{},
+		osds:    map[int]*msgr.Conn{},
+	}
+	m.AddDispatcherTail(c)
+	if err := m.Start(); err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Dial is New followed by Connect.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Connect(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Messenger returns the client's messenger.
+func (c *Client) Messenger() *msgr.Messenger { return c.m }
+
+// Close ends every session and stops the messenger; pending requests
+// fail with ErrClosed. It is idempotent.
+func (c *Client) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mon = nil
+	c.mu.Unlock()
+	c.m.Shutdown()
+	c.failPending(nil, true)
+}
+
+// Connect hunts for a mon (unless a session is open): it tries the
+// configured mons in random order, each for at most HuntTimeout, until
+// one completes the handshake (and authentication), then asks it for the
+// monmap to learn the fsid. A *HuntError says why each mon failed.
+func (c *Client) Connect(ctx context.Context) error {
+	_, err := c.session(ctx)
+	return err
+}
+
+// session returns the open mon session, hunting for one if there is none.
+func (c *Client) session(ctx context.Context) (*msgr.Conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if conn := c.mon; conn != nil {
+		c.mu.Unlock()
+		return conn, nil
+	}
+	c.mu.Unlock()
+
+	c.huntMu.Lock()
+	defer c.huntMu.Unlock()
+	c.mu.Lock()
+	conn := c.mon
+	c.mu.Unlock()
+	if conn != nil {
+		return conn, nil
+	}
+	return c.hunt(ctx)
+}
+
+// hunt opens a session with the first mon that accepts one.
+func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
+	order := make([]int, len(c.cfg.Mons))
+	for i := range order {
+		order[i] = i
+	}
+	shuffle := rand.Shuffle
+	if c.cfg.Rand != nil {
+		shuffle = c.cfg.Rand.Shuffle
+	}
+	shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	herr := &HuntError{}
+	for _, i := range order {
+		addr, err := connectAddr(c.cfg.Mons[i])
+		if err != nil {
+			herr.Attempts = append(herr.Attempts, AttemptError{c.cfg.Mons[i].String(), err})
+			continue
+		}
+		conn, err := c.tryMon(ctx, addr)
+		if err == nil {
+			c.log.Debug("monc: session open", "mon", addr, "peer", conn.PeerName().String())
+			return conn, nil
+		}
+		c.log.Debug("monc: mon refused", "mon", addr, "err", err)
+		herr.Attempts = append(herr.Attempts, AttemptError{addr, err})
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, herr
+}
+
+// tryMon opens a session with the mon at addr and fetches the monmap.
+func (c *Client) tryMon(ctx context.Context, addr string) (*msgr.Conn, error) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.HuntTimeout)
+	defer cancel()
+	conn, err := c.m.ConnectType(addr, msg.EntityMon)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Ready(actx); err != nil {
+		conn.MarkDown()
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		conn.MarkDown()
+		return nil, ErrClosed
+	}
+	c.mon, c.monAddr = conn, addr
+	c.mu.Unlock()
+	mm, err := c.getMonMap(actx, conn)
+	if err != nil {
+		c.dropMon(conn)
+		conn.MarkDown()
+		return nil, fmt.Errorf("monmap: %w", err)
+	}
+	c.mu.Lock()
+	c.fsid, c.epoch = mm.FSID, mm.Epoch
+	c.mu.Unlock()
+	return conn, nil
+}
+
+// connectAddr picks the address of vec to connect to, as Pacific does:
+// the first msgr2 (or "any") entry; ferry speaks msgr1 only where the
+// messenger has it wired in, so a v1-only vector is an error.
+func connectAddr(vec msg.AddrVec) (string, error) {
+	if a, ok := vec.Msgr2(); ok {
+		a.Type = msg.AddrMsgr2
+		return a.String(), nil
+	}
+	return "", fmt.Errorf("%w in %v (msgr1 only)", ErrNoAddr, vec)
+}
+
+// Mon returns the address of the mon the session is with, or "" if there
+// is none.
+func (c *Client) Mon() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mon == nil {
+		return ""
+	}
+	return c.monAddr
+}
+
+// MonConn returns the mon session's connection, or nil if there is none.
+func (c *Client) MonConn() *msgr.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mon
+}
+
+// FSID returns the cluster's fsid from the last monmap (zero before
+// Connect).
+func (c *Client) FSID() ceph.FSID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fsid
+}
+
+// MonMapEpoch returns the epoch of the last monmap.
+func (c *Client) MonMapEpoch() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
+}
+
+// dropMon forgets conn as the mon session (if it still is) and fails the
+// requests waiting on it.
+func (c *Client) dropMon(conn *msgr.Conn) {
+	c.mu.Lock()
+	if c.mon != conn {
+		c.mu.Unlock()
+		return
+	}
+	c.mon = nil
+	c.mu.Unlock()
+	c.failPending(conn, true)
+}
+
+// failPending closes the waiters of the requests sent on conn (all, if
+// conn is nil), and the pings if pings is set: they see no reply.
+func (c *Client) failPending(conn *msgr.Conn, pings bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, w := range c.waiters {
+		if conn == nil || w.conn == conn {
+			close(w.ch)
+			delete(c.waiters, k)
+		}
+	}
+	if pings {
+		for _, ch := range c.pings {
+			close(ch)
+		}
+		c.pings = nil
+	}
+}
+
+// Dispatch routes replies to their waiters (msgr.Dispatcher).
+func (c *Client) Dispatch(m *msg.Message) bool {
+	var k key
+	switch m.Header.Type {
+	case ceph.MsgPing:
+		c.mu.Lock()
+		if len(c.pings) == 0 {
+			c.mu.Unlock()
+			return true
+		}
+		ch := c.pings[0]
+		c.pings = c.pings[1:]
+		c.mu.Unlock()
+		ch <- m
+		return true
+	case ceph.MsgMonGetVersionReply:
+		var r ceph.MonGetVersionReply
+		if r.Unmarshal(m) != nil {
+			return true
+		}
+		k = key{m.Header.Type, r.Handle}
+	case ceph.MsgMonCommandAck, ceph.MsgCommandReply:
+		k = key{m.Header.Type, m.Header.Tid}
+	case ceph.MsgMonMap:
+		var mm ceph.MonMap
+		if mm.Unmarshal(m) == nil {
+			c.mu.Lock()
+			if m.Conn == c.mon {
+				c.fsid, c.epoch = mm.FSID, mm.Epoch
+			}
+			c.mu.Unlock()
+		}
+		k = key{m.Header.Type, 0}
+	default:
+		return false
+	}
+	c.mu.Lock()
+	w, ok := c.waiters[k]
+	if ok && w.conn == m.Conn {
+		delete(c.waiters, k)
+	} else {
+		ok = false // a reply from another connection is not this request's
+	}
+	c.mu.Unlock()
+	if ok {
+		w.ch <- m
+	} else {
+		m.Done()
+	}
+	return true
+}
+
+// HandleReset hears that a connection failed (msgr.ResetHandler): a lost
+// mon session is forgotten (the next request hunts again), a lost OSD
+// session too.
+func (c *Client) HandleReset(conn *msgr.Conn) {
+	c.mu.Lock()
+	for id, oc := range c.osds {
+		if oc == conn {
+			delete(c.osds, id)
+		}
+	}
+	c.mu.Unlock()
+	c.dropMon(conn)
+	c.failPending(conn, false)
+}
+
+// HandleRemoteReset is HandleReset for a peer that reset the session.
+func (c *Client) HandleRemoteReset(conn *msgr.Conn) { c.HandleReset(conn) }
+
+// call registers a waiter for k, sends m on conn and waits for the reply.
+func (c *Client) call(ctx context.Context, conn *msgr.Conn, k key, m *msg.Message) (*msg.Message, error) {
+	ch := make(chan *msg.Message, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if old, ok := c.waiters[k]; ok {
+		// Only the monmap has a fixed key: a second request shares
+		// nothing with the first, which is failed.
+		close(old.ch)
+	}
+	c.waiters[k] = waiter{ch, conn}
+	c.mu.Unlock()
+	if err := conn.Send(m); err != nil {
+		c.unwait(k, ch)
+		return nil, err
+	}
+	return c.await(ctx, conn, ch, func() { c.unwait(k, ch) })
+}
+
+func (c *Client) unwait(k key, ch chan *msg.Message) {
+	c.mu.Lock()
+	if c.waiters[k].ch == ch {
+		delete(c.waiters, k)
+	}
+	c.mu.Unlock()
+}
+
+// await waits for a reply on ch, the end of conn, or ctx.
+func (c *Client) await(ctx context.Context, conn *msgr.Conn, ch chan *msg.Message, cancel func()) (*msg.Message, error) {
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			if c.isClosed() {
+				return nil, ErrClosed
+			}
+			return nil, ErrSessionLost
+		}
+		return r, nil
+	case <-conn.Done():
+		cancel()
+		// A reply dispatched just before the end still counts.
+		select {
+		case r, ok := <-ch:
+			if ok {
+				return r, nil
+			}
+		default:
+		}
+		if err := conn.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSessionLost, err)
+		}
+		return nil, ErrSessionLost
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// getMonMap asks conn's mon for the monmap.
+func (c *Client) getMonMap(ctx context.Context, conn *msgr.Conn) (*ceph.MonMap, error) {
+	r, err := c.call(ctx, conn, key{ceph.MsgMonMap, 0}, (&ceph.MonGetMap{}).Marshal())
+	if err != nil {
+		return nil, err
+	}
+	defer r.Done()
+	var mm ceph.MonMap
+	if err := mm.Unmarshal(r); err != nil {
+		return nil, err
+	}
+	mm.Map = append([]byte(nil), mm.Map...)
+	return &mm, nil
+}
+
+// Ping sends an MPing to the mon and returns the status JSON of its
+// reply (health and mon_status, what `ceph ping mon.X` prints).
+func (c *Client) Ping(ctx context.Context) ([]byte, error) {
+	conn, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *msg.Message, 1)
+	c.mu.Lock()
+	c.pings = append(c.pings, ch)
+	c.mu.Unlock()
+	unping := func() {
+		c.mu.Lock()
+		for i, p := range c.pings {
+			if p == ch {
+				c.pings = append(c.pings[:i], c.pings[i+1:]...)
+				break
+			}
+		}
+		c.mu.Unlock()
+	}
+	if err := conn.Send((&ceph.Ping{}).Marshal()); err != nil {
+		unping()
+		return nil, err
+	}
+	r, err := c.await(ctx, conn, ch, unping)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Done()
+	var p ceph.Ping
+	if err := p.Unmarshal(r); err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), p.Status...), nil
+}
+
+// GetVersion asks the mon for the latest and oldest versions of a map
+// ("osdmap", "monmap", "mgrmap"...).
+func (c *Client) GetVersion(ctx context.Context, what string) (ceph.MonGetVersionReply, error) {
+	conn, err := c.session(ctx)
+	if err != nil {
+		return ceph.MonGetVersionReply{}, err
+	}
+	h := c.tid.Add(1)
+	r, err := c.call(ctx, conn, key{ceph.MsgMonGetVersionReply, h}, (&ceph.MonGetVersion{Handle: h, What: what}).Marshal())
+	if err != nil {
+		return ceph.MonGetVersionReply{}, err
+	}
+	defer r.Done()
+	var rep ceph.MonGetVersionReply
+	err = rep.Unmarshal(r)
+	return rep, err
+}
+
+// MonCommand runs a command on the mon (MMonCommand): cmd holds the
+// command as JSON, e.g. `{"prefix": "mon stat", "format": "json"}`;
+// input, if any, is its input. A non-zero result is not an error here:
+// see CommandResult.Err.
+func (c *Client) MonCommand(ctx context.Context, cmd []string, input []byte) (*CommandResult, error) {
+	conn, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tid := c.tid.Add(1)
+	req := ceph.MonCommand{Tid: tid, FSID: c.FSID(), Cmd: cmd, Input: input}
+	r, err := c.call(ctx, conn, key{ceph.MsgMonCommandAck, tid}, req.Marshal())
+	if err != nil {
+		return nil, err
+	}
+	defer r.Done()
+	var ack ceph.MonCommandAck
+	if err := ack.Unmarshal(r); err != nil {
+		return nil, err
+	}
+	return &CommandResult{R: ack.R, RS: ack.RS, Output: append([]byte(nil), ack.Output...)}, nil
+}
+
+// OSDAddrs returns the address vector of osd.id as the OSD map has it,
+// from the mon command "osd find" (the nonces are the OSD's, which its
+// CLIENT_IDENT check requires).
+func (c *Client) OSDAddrs(ctx context.Context, id int) (msg.AddrVec, error) {
+	cmd, _ := json.Marshal(map[string]any{"prefix": "osd find", "id": id, "format": "json"})
+	res, err := c.MonCommand(ctx, []string{string(cmd)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("osd find %d: %w", id, err)
+	}
+	return parseOSDFind(res.Output)
+}
+
+// parseOSDFind reads the addrvec of `osd find` JSON output.
+func parseOSDFind(out []byte) (msg.AddrVec, error) {
+	var find struct {
+		Addrs struct {
+			Addrvec []struct {
+				Type  string `json:"type"`
+				Addr  string `json:"addr"`
+				Nonce uint32 `json:"nonce"`
+			} `json:"addrvec"`
+		} `json:"addrs"`
+	}
+	if err := json.Unmarshal(out, &find); err != nil {
+		return nil, fmt.Errorf("osd find: %w", err)
+	}
+	var v msg.AddrVec
+	for _, a := range find.Addrs.Addrvec {
+		ea, err := msg.ParseEntityAddr(a.Type + ":" + a.Addr + "/" + strconv.FormatUint(uint64(a.Nonce), 10))
+		if err != nil {
+			return nil, fmt.Errorf("osd find: %w", err)
+		}
+		v = append(v, ea)
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("%w: osd find gave no address", ErrNoAddr)
+	}
+	return v, nil
+}
+
+// OSDConn returns a session with osd.id, opening one (its address from
+// OSDAddrs) if there is none, and waits for its handshake.
+func (c *Client) OSDConn(ctx context.Context, id int) (*msgr.Conn, error) {
+	c.mu.Lock()
+	conn := c.osds[id]
+	c.mu.Unlock()
+	if conn != nil {
+		select {
+		case <-conn.Done():
+		default:
+			return conn, conn.Ready(ctx)
+		}
+	}
+	addrs, err := c.OSDAddrs(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := connectAddr(addrs)
+	if err != nil {
+		return nil, err
+	}
+	conn, err = c.m.ConnectType(addr, msg.EntityOSD)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Ready(ctx); err != nil {
+		conn.MarkDown()
+		return nil, fmt.Errorf("osd.%d at %s: %w", id, addr, err)
+	}
+	c.mu.Lock()
+	c.osds[id] = conn
+	c.mu.Unlock()
+	return conn, nil
+}
+
+// OSDCommand runs a command on osd.id (MCommand), as `ceph tell osd.N`
+// does: cmd holds the command as JSON, e.g. `{"prefix": "version"}`. A
+// non-zero result is not an error here: see CommandResult.Err.
+func (c *Client) OSDCommand(ctx context.Context, id int, cmd []string, input []byte) (*CommandResult, error) {
+	conn, err := c.OSDConn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Command(ctx, conn, cmd, input)
+}
+
+// Command runs a command (MCommand) on the daemon at the other end of
+// conn, which must be one of this client's connections.
+func (c *Client) Command(ctx context.Context, conn *msgr.Conn, cmd []string, input []byte) (*CommandResult, error) {
+	tid := c.tid.Add(1)
+	req := ceph.Command{Tid: tid, FSID: c.FSID(), Cmd: cmd, Input: input}
+	r, err := c.call(ctx, conn, key{ceph.MsgCommandReply, tid}, req.Marshal())
+	if err != nil {
+		return nil, err
+	}
+	defer r.Done()
+	var rep ceph.CommandReply
+	if err := rep.Unmarshal(r); err != nil {
+		return nil, err
+	}
+	return &CommandResult{R: rep.R, RS: rep.RS, Output: append([]byte(nil), rep.Output...)}, nil
+}
+
+// errnoName names the common errnos commands return.
+func errnoName(r int32) string {
+	switch -r {
+	case 1:
+		return "EPERM"
+	case 2:
+		return "ENOENT"
+	case 5:
+		return "EIO"
+	case 11:
+		return "EAGAIN"
+	case 13:
+		return "EACCES"
+	case 16:
+		return "EBUSY"
+	case 17:
+		return "EEXIST"
+	case 22:
+		return "EINVAL"
+	case 95:
+		return "EOPNOTSUPP"
+	case 110:
+		return "ETIMEDOUT"
+	}
+	return "errno " + strconv.Itoa(int(-r))
+}
