@@ -1,0 +1,255 @@
+package cephx_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/auth"
+	"github.com/ferrymsg/ferry/auth/cephx"
+	"github.com/ferrymsg/ferry/ceph"
+	"github.com/ferrymsg/ferry/internal/cephtest"
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr1"
+)
+
+// v1Conn is a msgr1 client connection driven by hand: the engine stays
+// pure, the test does the socket I/O.
+type v1Conn struct {
+	t   *testing.T
+	nc  net.Conn
+	e   *msgr1.Engine
+	seq uint64
+	log string
+}
+
+func dialV1(t *testing.T, addr string, peer msg.EntityType, a auth.Client, logPath string) *v1Conn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", strings.TrimPrefix(strings.Split(addr, "/")[0], "v1:"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(60 * time.Second))
+	pa, err := msg.ParseEntityAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &v1Conn{t: t, nc: nc, log: logPath, e: msgr1.NewEngine(msgr1.Config{
+		Role:      msgr1.Client,
+		MyName:    msg.EntityName{Type: msg.EntityClient, Num: msg.NewID},
+		Nonce:     7,
+		PeerAddr:  pa,
+		PeerType:  peer,
+		Supported: msg.FeaturesAll,
+		Lossy:     true,
+		GlobalSeq: 1,
+		Auth:      a,
+	})}
+	c.e.Start()
+	c.flush()
+	for !c.e.Ready() {
+		c.step()
+	}
+	return c
+}
+
+func (c *v1Conn) flush() {
+	if out := c.e.Output(); len(out) > 0 {
+		if _, err := c.nc.Write(out); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func (c *v1Conn) step() []msgr1.Event {
+	n, _ := c.e.Need()
+	if n == 0 {
+		c.t.Fatalf("engine stalled: %v (log %s)", c.e.Err(), c.log)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(c.nc, p); err != nil {
+		c.t.Fatalf("read: %v (log %s)", err, c.log)
+	}
+	evs, err := c.e.Feed(p)
+	if err != nil {
+		c.t.Fatalf("feed: %v (log %s)", err, c.log)
+	}
+	c.flush()
+	return evs
+}
+
+// mauth sends an MAuth and returns the MAuthReply.
+func (c *v1Conn) mauth(protocol uint32, payload []byte) ceph.AuthReply {
+	c.t.Helper()
+	m := (&ceph.Auth{Protocol: protocol, Payload: payload}).Marshal()
+	c.seq++
+	m.Header.Seq = c.seq
+	if _, err := c.nc.Write(c.e.AppendMessage(nil, m)); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		for _, ev := range c.step() {
+			if ev.Kind == msgr1.EvMessage && ev.Msg != nil && ev.Msg.Header.Type == ceph.MsgAuthReply {
+				var r ceph.AuthReply
+				if err := r.Unmarshal(ev.Msg); err != nil {
+					c.t.Fatal(err)
+				}
+				return r
+			}
+		}
+	}
+}
+
+// login runs cl's mon login over MAuth.
+func (c *v1Conn) login(cl *cephx.Client) (auth.Result, error) {
+	l := cl.MAuthLogin()
+	r := c.mauth(cephx.MAuthProtocolNegotiate, l.Hello())
+	p, err := l.HandleChallenge(r.Result, r.ResultBL)
+	if err != nil {
+		return auth.Result{}, err
+	}
+	r = c.mauth(cephx.MAuthProtocolCephx, p)
+	return l.HandleDone(r.Result, r.GlobalID, r.ResultBL)
+}
+
+func mustKey(t *testing.T, s string) cephx.Key {
+	t.Helper()
+	k, err := cephx.ParseKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestRealCluster checks this package against real 16.2 daemons, over
+// msgr1 (whose engine has no auth of its own for mons): client.admin
+// logs in to the mon with MAuth and gets its service tickets, asks for
+// more (GET_PRINCIPAL_SESSION_KEY), renews its AUTH ticket (the mon
+// sends it encrypted with the old session key); a wrong key is refused;
+// osd.0 fetches its rotating secrets, with which a Verifier opens the
+// mon's OSD ticket for client.admin and checks its authorizer; finally
+// client.admin presents that ticket to the real OSD, which challenges it.
+func TestRealCluster(t *testing.T) {
+	cl := cephtest.StartCluster(t, cephtest.ClusterOptions{NoMgr: true})
+	monAddr := "v1:" + cl.MonV1 + "/0"
+	monLog := cl.LogPath("mon.a")
+
+	var shift atomic.Int64 // the client's clock runs ahead by this much
+	clock := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
+	adminName := msg.AuthName{Type: msg.EntityClient, ID: "admin"}
+	admin, err := cephx.NewClient(cephx.ClientConfig{Name: adminName, Key: mustKey(t, cl.Key("client.admin")), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := dialV1(t, monAddr, msg.EntityMon, nil, monLog)
+	res, err := mc.login(admin)
+	if err != nil {
+		t.Fatalf("login: %v (mon log %s)", err, monLog)
+	}
+	if res.GlobalID == 0 || len(res.SessionKey) != 16 {
+		t.Fatalf("login result %+v", res)
+	}
+	for _, svc := range []msg.EntityType{msg.EntityAuth, msg.EntityMon, msg.EntityOSD, msg.EntityMgr} {
+		tk, ok := admin.Ticket(svc)
+		if !ok || !tk.Valid(clock()) {
+			t.Fatalf("no %s ticket after login", svc)
+		}
+		t.Logf("%s ticket: secret id %d, %d-byte ticket, expires in %v", svc, tk.Blob.SecretID, len(tk.Blob.Blob), time.Until(tk.Expires).Round(time.Second))
+	}
+
+	// Service tickets over the session.
+	before, _ := admin.Ticket(msg.EntityOSD)
+	p, err := admin.ServiceTicketRequest(cephx.ServiceMask(msg.EntityOSD, msg.EntityMon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mc.mauth(cephx.MAuthProtocolCephx, p)
+	if op, err := admin.HandleMAuthReply(r.Result, r.GlobalID, r.ResultBL); err != nil || op != cephx.OpGetPrincipalSessionKey {
+		t.Fatalf("principal: %#x %v", op, err)
+	}
+	if after, _ := admin.Ticket(msg.EntityOSD); after.SessionKey.Equal(before.SessionKey) {
+		t.Fatal("OSD ticket not replaced")
+	}
+
+	// AUTH ticket renewal: 55 hours on (the client's clock), everything
+	// is due; the mon checks the old ticket and encrypts the new one.
+	oldAuth, _ := admin.Ticket(msg.EntityAuth)
+	shift.Store(int64(55 * time.Hour))
+	if need := admin.Need(clock()); need&uint32(msg.EntityAuth) == 0 {
+		t.Fatalf("need %#x", need)
+	}
+	p, err = admin.RenewRequest(clock())
+	if err != nil || p == nil {
+		t.Fatalf("renew request: %v", err)
+	}
+	r = mc.mauth(cephx.MAuthProtocolCephx, p)
+	if op, err := admin.HandleMAuthReply(r.Result, r.GlobalID, r.ResultBL); err != nil || op != cephx.OpGetAuthSessionKey {
+		t.Fatalf("AUTH renewal: %#x %v (mon log %s)", op, err, monLog)
+	}
+	if nt, _ := admin.Ticket(msg.EntityAuth); nt.SessionKey.Equal(oldAuth.SessionKey) || admin.GlobalID() != res.GlobalID {
+		t.Fatal("AUTH ticket not renewed")
+	}
+	if need := admin.Need(clock()); need != 0 {
+		t.Fatalf("need %#x after renewal", need)
+	}
+	shift.Store(0)
+
+	// A wrong key is refused by the mon.
+	wrongKey, err := cephtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := cephx.NewClient(cephx.ClientConfig{Name: adminName, Key: mustKey(t, wrongKey)})
+	if _, err := dialV1(t, monAddr, msg.EntityMon, nil, monLog).login(bad); !errors.Is(err, auth.ErrDenied) {
+		t.Fatalf("wrong key: %v", err)
+	}
+
+	// osd.0's rotating secrets open client.admin's OSD ticket.
+	osd, _ := cephx.NewClient(cephx.ClientConfig{Name: msg.AuthName{Type: msg.EntityOSD, ID: "0"}, Key: mustKey(t, cl.Key("osd.0"))})
+	oc := dialV1(t, monAddr, msg.EntityMon, nil, monLog)
+	if _, err := oc.login(osd); err != nil {
+		t.Fatalf("osd.0 login: %v", err)
+	}
+	r = oc.mauth(cephx.MAuthProtocolCephx, osd.RotatingKeyRequest())
+	if _, err := osd.HandleMAuthReply(r.Result, r.GlobalID, r.ResultBL); err != nil {
+		t.Fatalf("rotating keys: %v", err)
+	}
+	rs := osd.Rotating()
+	if rs == nil || len(rs.Secrets) != 3 {
+		t.Fatalf("rotating secrets %+v", rs)
+	}
+	v, _ := cephx.NewVerifier(cephx.VerifierConfig{Service: msg.EntityOSD, Rotating: rs})
+	cr, sr, err := run(admin.Handler(), v.Handler(), msg.EntityOSD, auth.ConModeSecure)
+	if err != nil {
+		t.Fatalf("verifying the mon's ticket: %v", err)
+	}
+	if sr.Name != adminName || sr.GlobalID != res.GlobalID || string(sr.Caps) != "allow *" || len(cr.ConnectionSecret) != 64 {
+		t.Fatalf("verified %v.%d caps %q", sr.Name, sr.GlobalID, sr.Caps)
+	}
+
+	// The real OSD accepts client.admin's authorizer after its challenge.
+	var osdV1 string
+	for _, a := range cl.OSDAddrs {
+		if strings.HasPrefix(a, "v1:") {
+			osdV1 = a
+		}
+	}
+	if osdV1 == "" {
+		t.Fatalf("no v1 address in %v", cl.OSDAddrs)
+	}
+	h := admin.Handler()
+	c := dialV1(t, osdV1, msg.EntityOSD, h, cl.LogPath("osd.0"))
+	pa := c.e.Peer().Auth
+	if pa == nil || len(pa.SessionKey) != 16 {
+		t.Fatalf("OSD session without auth: %+v", pa)
+	}
+	tk, _ := admin.Ticket(msg.EntityOSD)
+	if string(pa.SessionKey) != string(tk.SessionKey.Secret) {
+		t.Fatal("OSD session key is not the ticket's")
+	}
+}
