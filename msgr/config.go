@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ferrymsg/ferry/metrics"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/transport"
@@ -24,6 +25,14 @@ type Config struct {
 	// 0 picks a random nonce unless ZeroNonce is set (mons use nonce 0).
 	Nonce     uint32
 	ZeroNonce bool
+
+	// Metrics is the registry the messenger's counters go in (see
+	// Messenger.Metrics for their names); nil: one of its own. Give a
+	// messenger and an rpc instance one registry to export them together.
+	Metrics *metrics.Registry
+	// NoMetrics turns the messenger's counters off (each costs an atomic
+	// add per message; BenchmarkMetricsOverhead measures it).
+	NoMetrics bool
 
 	// Transports resolves address strings to transports; default
 	// transport.Default (TCP).

@@ -428,6 +428,7 @@ func (c *Conn) socketFailed(r *socketRun, err error) {
 		return
 	}
 	c.run = nil
+	c.m.met.fault(err)
 	if c.policy.Lossy {
 		c.mu.Unlock()
 		var pe *msgr2.Error

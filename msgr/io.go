@@ -154,6 +154,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				c.poke()
 			case msgr2.EvKeepaliveAck:
 				c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
+				c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), time.Now())
 			}
 		}
 		c.putBudget(&pol, held) // a dropped duplicate
@@ -403,6 +404,7 @@ func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) error {
 		}
 		p.ThrottleMessages.Put(1)
 	}
+	c.m.met.throttleWait()
 	if c.ws.pending.Load() {
 		c.flushPending(r)
 	}
@@ -435,6 +437,7 @@ func (c *Conn) putBudget(p *Policy, size int64) {
 func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
 	m := c.m
 	it := dispatchItem{kind: itemMessage, c: c, pol: p, m: mm, bytes: budget}
+	m.met.received(mm.Header.Src.Type, mm)
 	if c.faulted.Load() {
 		// Its peer broke the protocol: nothing more it sent is taken,
 		// and the reader stops.
@@ -564,6 +567,10 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 	for _, mm := range w.batch[nReplay:] {
 		c.outSeq++
 		mm.Header.Seq = c.outSeq
+		c.m.met.sent(c.peerName.Type, mm)
+	}
+	if nReplay > 0 {
+		c.m.met.resentAdd(nReplay)
 	}
 	if !w.lossy {
 		c.sent = append(c.sent, w.batch...)

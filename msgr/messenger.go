@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrymsg/ferry/metrics"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -65,6 +66,9 @@ type Messenger struct {
 
 	dq       *DispatchQueue[dispatchItem]
 	dispatch *Throttle // dispatch-bytes throttle
+
+	reg *metrics.Registry
+	met *msgrMetrics
 }
 
 // New creates a messenger (Ceph's Messenger::create). It does nothing on
@@ -94,11 +98,22 @@ func New(cfg Config) (*Messenger, error) {
 		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
 		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
 	}
+	m.reg = c.Metrics
+	if m.reg == nil {
+		m.reg = metrics.NewRegistry()
+	}
+	if !c.NoMetrics {
+		m.met = newMsgrMetrics(m.reg, m)
+	}
 	m.globalID.Store(4096)
 	empty := []Dispatcher{}
 	m.dispatchers.Store(&empty)
 	return m, nil
 }
+
+// Metrics returns the registry holding the messenger's metrics
+// (Config.Metrics, or one of its own); see msgrMetrics for the names.
+func (m *Messenger) Metrics() *metrics.Registry { return m.reg }
 
 // Name returns this entity's name.
 func (m *Messenger) Name() msg.EntityName { return m.cfg.Name }

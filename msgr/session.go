@@ -43,6 +43,7 @@ func (c *Conn) runOutgoing() {
 			// The socket ran and failed; reconnect at once the first time.
 			backoff = 0
 			c.reconnects.Add(1)
+			c.m.met.reconnect()
 			continue
 		}
 		if c.Policy().Lossy && (c.wasOpen() || errors.Is(err, transport.ErrRefused) || isProtocolRefusal(err)) {
@@ -531,6 +532,7 @@ func (m *Messenger) onReconnect(e *msgr2.Engine, nc net.Conn, run **socketRun) (
 	name, features := ex.peerName, ex.features
 	ex.mu.Unlock()
 	ex.reconnects.Add(1)
+	ex.m.met.reconnect()
 	return ex, e.AcceptReconnect(ex.inSeq.Load(), name, features)
 }
 

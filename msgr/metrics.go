@@ -1,0 +1,204 @@
+package msgr
+
+import (
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferrymsg/ferry/metrics"
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
+)
+
+// The messenger's metrics (subsystem "msgr"). Names and labels are
+// stable; units are in the names. Prometheus adds ferry_msgr_ and, to
+// counters, _total; perf dump shows them as msgr.NAME.
+//
+//	messages_received{peer_type,msg_type}  messages delivered to the dispatchers
+//	messages_sent{peer_type,msg_type}      messages taken for writing (each once; replays are resent_messages)
+//	received_bytes{peer_type}              front, middle and data bytes of messages received
+//	sent_bytes{peer_type}                  front, middle and data bytes of messages sent
+//	resent_messages                        messages written again after a reconnect (lossless replay)
+//	reconnects                             sessions resumed or re-established after a socket fault
+//	faults{reason}                         sockets that failed, by reason (see faultReason)
+//	throttle_waits                         received messages that did not get throttle budget at once
+//	keepalive_rtt_seconds                  round trip of KEEPALIVE2 and its ack (histogram)
+//	connections                            connections the messenger holds (gauge)
+//	out_queue_bytes                        payload bytes queued to send on all connections (gauge)
+//
+// msg_type is the message type number ("2" for MPing); types from
+// maxTypeLabel up share the label "other". Nothing is labelled by
+// connection: a connection keeps no metrics words of its own.
+type msgrMetrics struct {
+	rows          [len(peerTypes) + 1]peerRow
+	resent        *metrics.Counter
+	reconnects    *metrics.Counter
+	faults        metrics.CounterVec
+	throttleWaits *metrics.Counter
+	keepaliveRTT  *metrics.Histogram
+}
+
+// maxTypeLabel bounds the message types labelled by number.
+const maxTypeLabel = 256
+
+// peerTypes are the peer types labelled by name; others are "other".
+var peerTypes = [...]msg.EntityType{msg.EntityMon, msg.EntityMDS, msg.EntityOSD, msg.EntityClient, msg.EntityMgr, msg.EntityAuth}
+
+// peerRow holds one peer type's counters, the message-type children
+// made on first use.
+type peerRow struct {
+	peer                 string
+	recvVec, sentVec     metrics.CounterVec
+	recvBytes, sentBytes *metrics.Counter
+	recv, sent           [maxTypeLabel + 1]atomic.Pointer[metrics.Counter]
+}
+
+func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
+	d := func(name, help string, labels ...string) metrics.Desc {
+		return metrics.Desc{Subsystem: "msgr", Name: name, Help: help, Labels: labels}
+	}
+	recv := r.CounterVec(d("messages_received", "Messages received and delivered to the dispatchers.", "peer_type", "msg_type"))
+	sent := r.CounterVec(d("messages_sent", "Messages taken for writing to their connection, each counted once.", "peer_type", "msg_type"))
+	rb := r.CounterVec(d("received_bytes", "Front, middle and data bytes of the messages received.", "peer_type"))
+	sb := r.CounterVec(d("sent_bytes", "Front, middle and data bytes of the messages sent.", "peer_type"))
+	mm := &msgrMetrics{
+		resent:        r.Counter(d("resent_messages", "Messages written again after a reconnect (lossless replay).")),
+		reconnects:    r.Counter(d("reconnects", "Sessions resumed or re-established after a socket fault.")),
+		faults:        r.CounterVec(d("faults", "Sockets that failed, by reason.", "reason")),
+		throttleWaits: r.Counter(d("throttle_waits", "Received messages that waited for throttle budget before their body was read.")),
+		keepaliveRTT:  r.Histogram(d("keepalive_rtt_seconds", "Round trip of a KEEPALIVE2 and its ack, in seconds.")),
+	}
+	for i := range mm.rows {
+		name := "other"
+		if i < len(peerTypes) {
+			name = peerTypes[i].String()
+		}
+		row := &mm.rows[i]
+		row.peer, row.recvVec, row.sentVec = name, recv, sent
+		row.recvBytes, row.sentBytes = rb.With(name), sb.With(name)
+	}
+	r.GaugeFunc(d("connections", "Connections the messenger holds."), func() float64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return float64(len(m.conns))
+	})
+	r.GaugeFunc(d("out_queue_bytes", "Payload bytes queued to send on all connections, in bytes."), func() float64 {
+		var n int
+		for _, c := range m.Conns() {
+			c.mu.Lock()
+			n += c.outq.bytes
+			c.mu.Unlock()
+		}
+		return float64(n)
+	})
+	return mm
+}
+
+func (mm *msgrMetrics) row(t msg.EntityType) *peerRow {
+	for i, p := range peerTypes {
+		if p == t {
+			return &mm.rows[i]
+		}
+	}
+	return &mm.rows[len(peerTypes)]
+}
+
+// typeCounter returns the child of vec for the message type, made once.
+func (r *peerRow) typeCounter(slots *[maxTypeLabel + 1]atomic.Pointer[metrics.Counter], vec metrics.CounterVec, t uint16) *metrics.Counter {
+	i, label := int(t), ""
+	if i >= maxTypeLabel {
+		i, label = maxTypeLabel, "other"
+	}
+	if c := slots[i].Load(); c != nil {
+		return c
+	}
+	if label == "" {
+		label = strconv.Itoa(i)
+	}
+	c := vec.With(r.peer, label)
+	slots[i].Store(c)
+	return c
+}
+
+// The update methods do nothing on a nil *msgrMetrics (Config.NoMetrics).
+
+// received counts a message delivered from a peer of type peer.
+func (mm *msgrMetrics) received(peer msg.EntityType, m *msg.Message) {
+	if mm == nil {
+		return
+	}
+	r := mm.row(peer)
+	r.typeCounter(&r.recv, r.recvVec, m.Header.Type).Inc()
+	r.recvBytes.Add(uint64(m.Len()))
+}
+
+// sent counts a message taken for writing to a peer of type peer.
+func (mm *msgrMetrics) sent(peer msg.EntityType, m *msg.Message) {
+	if mm == nil {
+		return
+	}
+	r := mm.row(peer)
+	r.typeCounter(&r.sent, r.sentVec, m.Header.Type).Inc()
+	r.sentBytes.Add(uint64(m.Len()))
+}
+
+// fault counts a failed socket by reason.
+func (mm *msgrMetrics) fault(err error) {
+	if mm != nil {
+		mm.faults.With(faultReason(err)).Inc()
+	}
+}
+
+// resentAdd counts n messages replayed after a reconnect.
+func (mm *msgrMetrics) resentAdd(n int) {
+	if mm != nil {
+		mm.resent.Add(uint64(n))
+	}
+}
+
+// reconnect counts a session resumed or re-established.
+func (mm *msgrMetrics) reconnect() {
+	if mm != nil {
+		mm.reconnects.Inc()
+	}
+}
+
+// throttleWait counts a received message that did not get its throttle
+// budget at once.
+func (mm *msgrMetrics) throttleWait() {
+	if mm != nil {
+		mm.throttleWaits.Inc()
+	}
+}
+
+// faultReason names why a socket failed, for the faults counter: a
+// small fixed set.
+func faultReason(err error) string {
+	var pe *msgr2.Error
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, ErrPeerFault):
+		return "peer_fault"
+	case errors.Is(err, ErrKeepaliveTimeout):
+		return "keepalive_timeout"
+	case errors.Is(err, ErrInjectedFailure):
+		return "injected"
+	case errors.Is(err, ErrMarkedDown):
+		return "marked_down"
+	case errors.As(err, &pe):
+		return "protocol"
+	}
+	return "io"
+}
+
+// keepaliveAcked records the round trip of a keepalive sent at sent.
+func (mm *msgrMetrics) keepaliveAcked(sent time.Time, now time.Time) {
+	if mm == nil {
+		return
+	}
+	if d := now.Sub(sent); d >= 0 && !sent.IsZero() {
+		mm.keepaliveRTT.Observe(d)
+	}
+}
