@@ -6,6 +6,11 @@
 // command "osd find") and runs MCommand on the OSD itself, as
 // `ceph tell osd.N` does.
 //
+// With cephx (Config.Cephx) the client gets service tickets over the mon
+// session (MAuth) and renews its tickets before they expire, timed by an
+// injectable clock; over a session opened without authentication it can
+// log in with MAuth messages, as msgr1 clients do (Config.MAuthLogin).
+//
 // A Client owns its messenger. Its methods are safe for concurrent use.
 package monc
 
@@ -21,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
@@ -123,6 +129,22 @@ type Config struct {
 	// Rand orders the hunt (Ceph hunts in random order); nil means a
 	// random order, a non-nil source a reproducible one.
 	Rand *rand.Rand
+
+	// Cephx is the client's cephx state (name, key, tickets); nil means
+	// auth none. With it the client renews its tickets over the mon
+	// session before they expire (see RenewTickets) and gets service
+	// tickets (ServiceTickets).
+	Cephx *cephx.Client
+	// MAuthLogin logs in to the mon with MAuth messages after a
+	// handshake without authentication, as msgr1 clients do, instead of
+	// in the msgr2 handshake.
+	MAuthLogin bool
+	// Now is the clock renewals are timed by; nil means time.Now. It
+	// should be the clock Cephx was made with.
+	Now func() time.Time
+	// NoAutoRenew turns off the background renewal (tests that drive
+	// RenewTickets with a fake clock).
+	NoAutoRenew bool
 }
 
 // Client is a mon client. See the package documentation.
@@ -144,6 +166,10 @@ type Client struct {
 	osds    map[int]*msgr.Conn
 
 	huntMu sync.Mutex // one hunt at a time
+	authMu sync.Mutex // one MAuth exchange at a time
+
+	stop      chan struct{} // closed by Close
+	renewDone chan struct{} // closed when renewLoop has returned
 }
 
 // key identifies a pending reply: its message type and tid (or handle).
@@ -181,16 +207,23 @@ func New(cfg Config) (*Client, error) {
 	}
 	m.SetDefaultPolicy(msgr.LossyClient())
 	c := &Client{
-		cfg:     cfg,
-		m:       m,
-		log:     cfg.Logger,
-		waiters: map[key]waiter{},
-		osds:    map[int]*msgr.Conn{},
+		cfg:       cfg,
+		m:         m,
+		log:       cfg.Logger,
+		waiters:   map[key]waiter{},
+		osds:      map[int]*msgr.Conn{},
+		stop:      make(chan struct{}),
+		renewDone: make(chan struct{}),
 	}
 	m.AddDispatcherTail(c)
 	if err := m.Start(); err != nil {
 		m.Shutdown()
 		return nil, err
+	}
+	if cfg.Cephx != nil && !cfg.NoAutoRenew {
+		go c.renewLoop()
+	} else {
+		close(c.renewDone)
 	}
 	return c, nil
 }
@@ -222,8 +255,10 @@ func (c *Client) Close() {
 	c.closed = true
 	c.mon = nil
 	c.mu.Unlock()
+	close(c.stop)
 	c.m.Shutdown()
 	c.failPending(nil, true)
+	<-c.renewDone
 }
 
 // Connect hunts for a mon (unless a session is open): it tries the
@@ -311,6 +346,13 @@ func (c *Client) tryMon(ctx context.Context, addr string) (*msgr.Conn, error) {
 	}
 	c.mon, c.monAddr = conn, addr
 	c.mu.Unlock()
+	if c.cfg.MAuthLogin {
+		if err := c.mauthLogin(actx, conn); err != nil {
+			c.dropMon(conn)
+			conn.MarkDown()
+			return nil, fmt.Errorf("login: %w", err)
+		}
+	}
 	mm, err := c.getMonMap(actx, conn)
 	if err != nil {
 		c.dropMon(conn)
@@ -422,6 +464,8 @@ func (c *Client) Dispatch(m *msg.Message) bool {
 		k = key{m.Header.Type, r.Handle}
 	case ceph.MsgMonCommandAck, ceph.MsgCommandReply:
 		k = key{m.Header.Type, m.Header.Tid}
+	case ceph.MsgAuthReply:
+		k = key{m.Header.Type, 0}
 	case ceph.MsgMonMap:
 		var mm ceph.MonMap
 		if mm.Unmarshal(m) == nil {
