@@ -2,8 +2,8 @@ package monc
 
 import (
 	"bytes"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"errors"
 	"sync"
 	"testing"
