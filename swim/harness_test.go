@@ -219,3 +219,104 @@ func TestClusterCrashDetected(t *testing.T) {
 	}
 	t.Logf("worst time to dead-at-all: %v (bound %v)", worst, bound)
 }
+
+// deadEvents counts Dead events about member id.
+func (c *cluster) deadEvents(id int) int {
+	n := 0
+	for _, e := range c.events {
+		if e.State == Dead && int(e.ID) == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClusterLossNoFalsePositive: 32 machines, 1% message loss, 5
+// simulated minutes: no live member is ever declared dead; two crashes
+// are known dead to all within the bound.
+func TestClusterLossNoFalsePositive(t *testing.T) {
+	const n = 32
+	bound := DetectionTime(Config{}, n).Worst
+	for seed := range uint64(3) {
+		c := newCluster(t, n, Config{}, seed)
+		c.loss = 0.01
+		c.run(2 * time.Minute)
+		c.crashed[3], c.crashed[17] = true, true
+		crashAt := c.now
+		c.run(5 * time.Minute)
+		for _, v := range []int{3, 17} {
+			at, ok := c.allSeeDead(v)
+			if !ok || at-crashAt > bound {
+				t.Fatalf("seed %d: crash %d known dead to all: %v %v (bound %v)", seed, v, ok, at-crashAt, bound)
+			}
+		}
+		for k, e := range c.events {
+			if e.State == Dead && e.ID != 3 && e.ID != 17 {
+				t.Fatalf("seed %d: machine %d declared live %d dead at %v", seed, c.owner[k], e.ID, e.Time)
+			}
+		}
+		var sus uint64
+		for _, m := range c.ms {
+			sus += m.Stats().Suspicions
+		}
+		t.Logf("seed %d: %d messages, %.2f per member per second; %d suspicions raised", seed, c.sent, float64(c.sent)/n/300, sus)
+	}
+}
+
+// TestClusterPauseRefutes: a member stopped for just under the confirmed
+// suspicion timeout (its messages lost meanwhile), then resumed, is
+// suspected but refutes and is never declared dead; it was not accusing
+// anyone for its own absence either.
+func TestClusterPauseRefutes(t *testing.T) {
+	for _, n := range []int{5, 16, 64} {
+		pause := Config{}.SuspicionTimeoutFor(n, 2) - 100*time.Millisecond
+		for seed := range uint64(20) {
+			testPause(t, n, seed, pause)
+		}
+	}
+}
+
+func testPause(t *testing.T, n int, seed uint64, pause time.Duration) {
+	{
+		c := newCluster(t, n, Config{}, seed)
+		c.run(20 * time.Second)
+		v := int(seed) % n
+		c.paused[v] = true
+		c.run(c.now + pause)
+		c.resume(v)
+		c.run(c.now + time.Minute)
+		if d := c.deadEvents(v); d != 0 {
+			t.Fatalf("n %d seed %d: member paused for %v declared dead %d times", n, seed, pause, d)
+		}
+		if f := c.falseDeaths(); f != 0 {
+			t.Fatalf("seed %d: %d false deaths", seed, f)
+		}
+		if c.ms[v].Stats().Stalls == 0 {
+			t.Fatalf("seed %d: the paused member did not see its own delay", seed)
+		}
+		if c.ms[v].Stats().Suspicions != 0 {
+			t.Fatalf("seed %d: the paused member accused others", seed)
+		}
+	}
+}
+
+// TestClusterDeterministic: one seed, one event trace.
+func TestClusterDeterministic(t *testing.T) {
+	trace := func() []Event {
+		c := newCluster(t, 12, Config{}, 42)
+		c.loss = 0.02
+		c.run(10 * time.Second)
+		c.crashed[5] = true
+		c.run(time.Minute)
+		return c.events
+	}
+	a, b := trace(), trace()
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("traces of %d and %d events", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("event %d: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}

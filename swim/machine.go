@@ -379,8 +379,22 @@ func (m *Machine) Receive(now time.Duration, from ID, msg *Message) {
 	}
 	fi := m.find(from)
 	trusted := fi >= 0 && m.tab.state[fi] != Dead
+	m.nacc, m.recvInc = 0, m.inc
 	for i := range msg.Updates {
 		m.apply(from, msg.Updates[i], trusted)
+	}
+	// A refutation goes at once to the accusers named in the message (a
+	// ping: its first entries are their view of us and our own state),
+	// not only by gossip: in a paused member's race against their
+	// suspicion timeouts, gossip alone lost a few times in twenty. The
+	// sender learns it from the answer when there is one.
+	for _, a := range m.accusers[:m.nacc] {
+		if a == from && (msg.Kind == KindPing || msg.Kind == KindPingReq) {
+			continue
+		}
+		if i := m.find(a); i >= 0 && m.tab.state[i] != Dead {
+			m.send(a, KindPing, m.nextSeq(), a)
+		}
 	}
 	switch msg.Kind {
 	case KindPing:

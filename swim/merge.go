@@ -18,11 +18,20 @@ func (m *Machine) apply(from ID, u Update, trusted bool) {
 		return // not from DecodeMessage, which refuses it
 	}
 	if u.ID == m.self {
-		if u.State != Alive && u.Incarnation >= m.inc {
+		if u.State == Alive {
+			return
+		}
+		if u.Incarnation >= m.inc {
 			m.inc = u.Incarnation + 1
 			m.stats.Refutations++
 			m.health(1)
 			m.enqueue(Update{Member: m.Self(), Origin: m.self})
+		}
+		// Remember who accused us at the incarnation we had when the
+		// message came: Receive tells them directly.
+		if u.Incarnation >= m.recvInc && u.Origin != m.self && m.nacc < len(m.accusers) && !slices.Contains(m.accusers[:m.nacc], u.Origin) {
+			m.accusers[m.nacc] = u.Origin
+			m.nacc++
 		}
 		return
 	}

@@ -237,9 +237,16 @@ func TestRefutation(t *testing.T) {
 	if a.Msg.Updates[0] != upd(0, Alive, 6, 0) {
 		t.Fatalf("ack does not refute: %s", fmtOut(r.out))
 	}
+	// The accuser is told directly.
+	if p := r.one(KindPing); p.To != 2 || p.Msg.Updates[1] != upd(0, Alive, 6, 0) {
+		t.Fatalf("refutation to the accuser: %s", fmtOut(r.out))
+	}
 	r.recv(ms, 1, Message{Kind: KindPing, Seq: 2, Target: 0, Updates: []Update{upd(0, Suspect, 5, 2), upd(0, Dead, 4, 2), upd(0, Alive, 9, 0)}})
 	if r.m.Self().Incarnation != 6 {
 		t.Fatalf("stale accusations moved incarnation to %d", r.m.Self().Incarnation)
+	}
+	if len(r.sent(KindPing)) != 0 {
+		t.Fatalf("stale accusers pinged: %s", fmtOut(r.out))
 	}
 	r.recv(2*ms, 1, Message{Kind: KindPing, Seq: 3, Target: 0, Updates: []Update{upd(0, Dead, 8, 2)}})
 	if r.m.Self().Incarnation != 9 {

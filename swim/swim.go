@@ -89,6 +89,13 @@ type Machine struct {
 	seq     uint32
 	score   int // local health: 0 … AwarenessMax−1
 
+	// Accusers of this member heard in the message being received, told
+	// of its refutation directly (recvInc: its incarnation when the
+	// message came).
+	accusers [4]ID
+	nacc     int
+	recvInc  uint64
+
 	started bool
 	now     time.Duration // the time of the current (or last) input
 	next    time.Duration
