@@ -1,9 +1,14 @@
 package cephx_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -251,5 +256,133 @@ func TestRealCluster(t *testing.T) {
 	tk, _ := admin.Ticket(msg.EntityOSD)
 	if string(pa.SessionKey) != string(tk.SessionKey.Secret) {
 		t.Fatal("OSD session key is not the ticket's")
+	}
+}
+
+// serveMonV1 accepts one msgr1 connection on ln as a mon would and
+// answers its MAuth messages with a MonSession of ks, until the client
+// sends a message of another type after a completed login (it returns
+// that type) or a login is refused (it returns the refusal).
+func serveMonV1(t *testing.T, ln net.Listener, ks *cephx.KeyServer) (uint16, error) {
+	t.Helper()
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(60 * time.Second))
+	me, _ := msg.ParseEntityAddr("v1:" + ln.Addr().String() + "/0")
+	peer, _ := msg.ParseEntityAddr("v1:" + nc.RemoteAddr().String() + "/0")
+	e := msgr1.NewEngine(msgr1.Config{
+		Role: msgr1.Server, MyName: msg.EntityName{Type: msg.EntityMon, Num: 0},
+		MyAddr: me, PeerAddr: peer, Supported: msg.FeaturesAll,
+	})
+	c := &v1Conn{t: t, nc: nc, e: e, log: "(ceph CLI)"}
+	e.Start()
+	c.flush()
+	sess := ks.Handler()
+	for {
+		n, _ := e.Need()
+		if n == 0 {
+			t.Fatalf("engine stalled: %v", e.Err())
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(nc, p); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		evs, err := e.Feed(p)
+		if err != nil {
+			t.Fatalf("feed: %v", err)
+		}
+		for _, ev := range evs {
+			switch {
+			case ev.Kind == msgr1.EvConnect:
+				if err := e.Accept(msgr1.Accept{GlobalSeq: 1, Reset: true, Lossy: e.PendingConnect().Flags&msgr1.ConnectFlagLossy != 0}); err != nil {
+					t.Fatal(err)
+				}
+			case ev.Kind == msgr1.EvMessage && ev.Msg != nil && ev.Msg.Header.Type == ceph.MsgAuth:
+				var m ceph.Auth
+				if err := m.Unmarshal(ev.Msg); err != nil {
+					t.Fatal(err)
+				}
+				ans, herr := sess.HandleMAuth(m.Protocol, m.Payload)
+				r := (&ceph.AuthReply{Protocol: ans.Protocol, Result: ans.Result, GlobalID: ans.GlobalID, ResultBL: ans.ResultBL}).Marshal()
+				c.seq++
+				r.Header.Seq = c.seq
+				if _, err := nc.Write(e.AppendMessage(nil, r)); err != nil {
+					t.Fatal(err)
+				}
+				if herr != nil {
+					return 0, herr
+				}
+			case ev.Kind == msgr1.EvMessage && ev.Msg != nil && sess.Authenticated():
+				return ev.Msg.Header.Type, nil
+			}
+		}
+		c.flush()
+	}
+}
+
+// TestRealCLIAgainstKeyServer has the stock ceph CLI log in over msgr1 to
+// a KeyServer: with the right key it goes on to its next request (it
+// decrypted our tickets); with a wrong key it is refused.
+func TestRealCLIAgainstKeyServer(t *testing.T) {
+	cephtest.RequireCLI(t)
+	keyStr, err := cephtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := mustKey(t, keyStr)
+	adminName := msg.AuthName{Type: msg.EntityClient, ID: "admin"}
+	ring := &cephx.Keyring{}
+	ring.Add(cephx.KeyringEntry{Name: adminName, Key: key, Caps: map[string]string{"mon": "allow *"}})
+	ks, err := cephx.NewKeyServer(cephx.KeyServerConfig{Keyring: ring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		key  cephx.Key
+	}{{"right key", key}, {"wrong key", func() cephx.Key { s, _ := cephtest.NewKey(); return mustKey(t, s) }()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			kr := &cephx.Keyring{Entries: []cephx.KeyringEntry{{Name: adminName, Key: tc.key}}}
+			if err := os.WriteFile(filepath.Join(dir, "keyring"), kr.Marshal(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			conf := filepath.Join(dir, "ceph.conf")
+			if err := os.WriteFile(conf, []byte("[global]\nmon host = v1:"+ln.Addr().String()+"\nauth client required = cephx\n[client]\nlog file =\nadmin socket =\nkeyring = "+filepath.Join(dir, "keyring")+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "ceph", "-c", conf, "-n", "client.admin", "--connect-timeout", "20", "mon", "stat")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				cancel() // kills the CLI by its PID
+				_ = cmd.Wait()
+				t.Logf("ceph CLI stderr: %s", bytes.TrimSpace(stderr.Bytes()))
+			}()
+			typ, err := serveMonV1(t, ln, ks)
+			if tc.key.Equal(key) {
+				if err != nil {
+					t.Fatalf("login refused: %v", err)
+				}
+				t.Logf("after its login the CLI sent message type %d", typ)
+				return
+			}
+			if !errors.Is(err, auth.ErrBadKey) {
+				t.Fatalf("wrong key: %v", err)
+			}
+		})
 	}
 }
