@@ -34,8 +34,9 @@ type Faults struct {
 	// first half of the run.
 	Pause int
 	// PauseFor is how long each seeded pause lasts. Zero means a seeded
-	// duration from a quarter to a half of the SWIM suspicion timeout, so
-	// that the rank resumes before any suspicion of it can end.
+	// duration from a quarter to a half of the shortest SWIM suspicion
+	// timeout (one confirmed as often as counts), so that the rank
+	// resumes before any suspicion of it can end.
 	PauseFor time.Duration
 	// Crashes and Pauses are explicit faults, in addition to the seeded
 	// ones.
