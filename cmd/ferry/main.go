@@ -8,6 +8,7 @@
 //	ferry serve [--listen ADDR] [--name TYPE.ID] [--verbose]
 //	ferry ping [--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR
 //	ferry selftest [--endpoints ADDR[,ADDR...]] [--sizes "S R,..."] [--reps N] [--inflight K] [--json]
+//	ferry sim [--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]
 //	ferry help [COMMAND]
 //
 // Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.
@@ -63,6 +64,7 @@ func init() {
 		{name: "bench", summary: "compare ferry's round trips with each transport's raw floor, and write a table and plots", usage: "[--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]", run: runBench},
 		{name: "bench-echo", summary: "echo length-prefixed frames: the raw floor's server for ferry bench", usage: "[--listen ADDR]", run: runBenchEcho, hidden: true},
 		{name: "selftest", summary: "run the RPC self-test (CaRT's) against in-process ranks or ferry serve processes", usage: "[--endpoints ADDR[,ADDR...]] [--ranks N] [--sizes \"SEND REPLY,...\"] [--reps N] [--inflight K] [--json] [--timeout D]", run: runSelftest},
+		{name: "sim", summary: "simulate a SWIM group of N ranks, deterministically, with loss, crashes and pauses", usage: "[--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]", run: runSim},
 	}
 }
 
