@@ -66,6 +66,12 @@
 //     than StallThreshold after Next means the machine itself was not run
 //     (its process was stopped, starved or paused); every deadline moves
 //     by the gap, so the machine does not blame others for its own absence.
+//   - Own network outages (DAOS's outage rule): a member that has
+//     received nothing for 2/3 of SuspicionTimeout while two or more other
+//     members are not dead declares nobody dead until messages come again;
+//     then every suspicion starts over with a full timeout, so the
+//     suspects can refute now that they can be heard. (With one other
+//     member, silence is what its crash looks like, and the rule is off.)
 //   - Untrusted senders (DAOS-17111): from an unknown member or one dead
 //     here, only updates about this member (so it can refute) and the
 //     sender's own Alive (so it can rejoin) are taken.

@@ -65,6 +65,7 @@ func (m *Machine) begin(now time.Duration) {
 	if !m.started {
 		m.started = true
 		m.now = now
+		m.lastRecv = now
 		var jitter time.Duration
 		if m.cfg.Period > 0 {
 			jitter = time.Duration(m.rnd.Int64N(int64(m.cfg.Period)))
@@ -338,6 +339,17 @@ func (m *Machine) confirm(id ID, by ID) {
 // (DAOS's confirm-with-origin, §1.10).
 func (m *Machine) expireSuspicions() {
 	now := m.now
+	if len(m.susp) > 0 && m.inOutage() {
+		// This member hears nobody: its own network is the likelier
+		// fault. Nobody dies until messages come again (DAOS's outage
+		// rule), then the suspicions start over (Receive).
+		for i := range m.susp {
+			if s := &m.susp[i]; now >= s.deadline {
+				s.deadline = now + m.cfg.Period
+			}
+		}
+		return
+	}
 	for i := 0; i < len(m.susp); {
 		s := &m.susp[i]
 		if now < s.deadline {
@@ -367,6 +379,31 @@ func (m *Machine) expireSuspicions() {
 	}
 }
 
+// inOutage reports whether the machine has received nothing for 2/3 of
+// SuspicionTimeout while at least two other members are not dead (DAOS's
+// network-outage detection, §1.12: with fewer, silence is what a crash
+// looks like).
+func (m *Machine) inOutage() bool {
+	if m.outage {
+		return true
+	}
+	if m.now-m.lastRecv <= 2*m.cfg.SuspicionTimeout/3 {
+		return false
+	}
+	live := 0
+	for _, st := range m.tab.state {
+		if st != Dead {
+			live++
+			if live >= 2 {
+				m.outage = true
+				m.stats.Outages++
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Receive handles msg from member from, received at now: it merges the
 // piggybacked updates, answers pings, serves ping-reqs, and matches acks
 // and nacks to the probes in progress.
@@ -377,6 +414,17 @@ func (m *Machine) Receive(now time.Duration, from ID, msg *Message) {
 		m.recompute()
 		return
 	}
+	if m.outage {
+		// The outage is over: give every suspect a full timeout to
+		// refute now that it can be heard.
+		m.outage = false
+		for i := range m.susp {
+			s := &m.susp[i]
+			s.start, s.confirming = m.now, false
+			s.deadline = s.start + m.cfg.suspicionTimeout(m.Len(), int(s.n))
+		}
+	}
+	m.lastRecv = m.now
 	fi := m.find(from)
 	trusted := fi >= 0 && m.tab.state[fi] != Dead
 	m.nacc, m.recvInc = 0, m.inc

@@ -435,3 +435,55 @@ func TestPiggybackLimits(t *testing.T) {
 		t.Fatalf("queue %d dropped %d", len(r2.m.queue), r2.m.Stats().QueueDropped)
 	}
 }
+
+// TestOwnOutage: a member that hears nobody for 2/3 of the suspicion
+// timeout blames its own network: it declares nobody dead while the
+// silence lasts, and when messages come again every suspect gets a full
+// timeout to refute. With one other member, silence is a crash.
+func TestOwnOutage(t *testing.T) {
+	r := newRig(t, Config{}, 0, 1, 2, 3, 4)
+	r.tick(0)
+	var all []Event
+	for r.m.Next() < 60*sec {
+		r.tickNext()
+		all = append(all, r.ev...)
+	}
+	for _, id := range []ID{1, 2, 3, 4} {
+		r.wantState(id, Suspect, 0)
+	}
+	for _, e := range all {
+		if e.State == Dead {
+			t.Fatalf("declared %d dead during its own outage", e.ID)
+		}
+	}
+	if st := r.m.Stats(); st.Outages != 1 || st.Deaths != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	back := r.m.Next()
+	r.recv(back, 1, ack(0, 1, upd(1, Alive, 1, 1)))
+	r.wantState(1, Alive, 1)
+	for _, s := range r.m.susp {
+		if s.start != back {
+			t.Fatalf("suspicion %+v not restarted at %v", s, back)
+		}
+	}
+	all = all[:0]
+	r.advance(back+19*sec, &all, 2, 3, 4)
+	for _, e := range all {
+		if e.State == Dead {
+			t.Fatalf("%d dead %v after the outage", e.ID, e.Time-back)
+		}
+	}
+	r.advance(back+40*sec, &all, 2, 3, 4)
+	for _, id := range []ID{2, 3, 4} {
+		r.wantState(id, Dead, 0)
+	}
+	r.wantState(1, Alive, 1)
+
+	r2 := newRig(t, Config{}, 0, 1)
+	r2.tick(0)
+	for r2.m.Next() < 40*sec {
+		r2.tickNext()
+	}
+	r2.wantState(1, Dead, 0)
+}

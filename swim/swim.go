@@ -66,6 +66,7 @@ type Stats struct {
 	Refutations  uint64 // suspicions or deaths of itself it refuted
 	Confirms     uint64 // second-hand suspicions checked with their origin
 	Stalls       uint64 // own delays detected (inputs later than Next by more than StallThreshold)
+	Outages      uint64 // own network outages detected (no message for 2/3 of SuspicionTimeout)
 	Nacks        uint64 // nacks received
 	QueueDropped uint64 // updates dropped from a full dissemination queue
 }
@@ -96,9 +97,11 @@ type Machine struct {
 	nacc     int
 	recvInc  uint64
 
-	started bool
-	now     time.Duration // the time of the current (or last) input
-	next    time.Duration
+	started  bool
+	lastRecv time.Duration // when a message last came
+	outage   bool          // no message for OutageTimeout (see Config)
+	now      time.Duration // the time of the current (or last) input
+	next     time.Duration
 
 	out, outSpare       []Envelope
 	arena, arenaSpare   []Update
