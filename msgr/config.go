@@ -55,8 +55,13 @@ type Config struct {
 	NoDataCRC bool
 
 	// Limits bound the frames a peer may send; zero fields take defaults
-	// (64 KiB control frames, 256 MiB messages and segments).
+	// (64 KiB control frames, 256 MiB messages and segments, 16 KiB in
+	// all before the peer is authenticated).
 	Limits msgr2.Limits
+
+	// Auth configures authentication and connection modes (see
+	// AuthConfig); the zero value is auth none in crc mode.
+	Auth AuthConfig
 
 	// HandshakeTimeout bounds connection setup; default 10 s.
 	HandshakeTimeout time.Duration
@@ -102,6 +107,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.AuthID == "" {
 		d.AuthID = "admin"
+	}
+	if d.Auth.Name.Type == 0 && d.Auth.Name.ID == "" {
+		d.Auth.Name = msg.AuthName{Type: d.Name.Type, ID: d.AuthID}
 	}
 	if d.Transports == nil {
 		d.Transports = transport.Default
@@ -157,6 +165,9 @@ func (c *Config) validate() error {
 	}
 	if c.Inject.SocketFailures < 0 || c.Inject.DelayProbability < 0 || c.Inject.DelayProbability > 1 {
 		errs = append(errs, errors.New("bad fault injection settings"))
+	}
+	if err := c.Auth.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Auth: %w", err))
 	}
 	if c.Required&^c.Supported != 0 && c.Supported != 0 {
 		errs = append(errs, fmt.Errorf("required features %#x not in supported %#x", c.Required, c.Supported))

@@ -72,6 +72,7 @@ type Conn struct {
 
 	peerName   msg.EntityName
 	peerAddrs  msg.AddrVec
+	auth       AuthInfo // what the latest socket's authentication established
 	features   uint64
 	sendKA     bool        // a KEEPALIVE2 is due
 	sendKAAck  bool        // a KEEPALIVE2_ACK is due

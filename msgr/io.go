@@ -507,6 +507,10 @@ type writeState struct {
 	// the session replays the batch instead).
 	restRun *socketRun
 
+	// encErr: the batch could not be encoded (secure mode out of
+	// nonces); its owner fails the socket instead of writing it.
+	encErr error
+
 	// writevFD's arguments and result, kept here so that a writev does
 	// not allocate a closure.
 	iovecs []unix.Iovec
@@ -592,6 +596,10 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	w.iov = w.iov[:0]
 	w.fix = w.fix[:0]
 	w.pos, w.skip, w.fi = 0, 0, 0
+	if e.Secure() {
+		w.encErr = w.encodeSecure(c, e, ka, kaAck, stamp, ack)
+		return
+	}
 	mark := 0 // start of wbuf not yet in iov
 	// addPiece appends wbuf[mark:] to iov, placing the deferred CRCs
 	// that fall in it.
@@ -661,6 +669,46 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	if len(w.wbuf) > mark || len(w.iov) == 0 {
 		addPiece()
 	}
+}
+
+// encodeSecure is encode in secure mode: every frame is sealed into
+// w.wbuf, in the order it goes on the wire (each takes the next nonces),
+// the data copied once into wbuf and encrypted there. It runs under the
+// write-side ownership, like every encode, so frames are sealed in the
+// order their owners write them.
+func (w *writeState) encodeSecure(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr2.Stamp, ack bool) error {
+	var err error
+	seal := func(f msgr2.ControlFrame) {
+		if err == nil {
+			w.wbuf, err = e.AppendControl(w.wbuf, f)
+		}
+	}
+	inSeq := c.inSeq.Load()
+	if kaAck {
+		seal(msgr2.Keepalive2Ack{Sec: stamp.Sec, Nsec: stamp.Nsec})
+	}
+	if ka {
+		now := time.Now()
+		seal(msgr2.Keepalive2{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
+	}
+	if ack && len(w.batch) == 0 {
+		seal(msgr2.Ack{Seq: inSeq})
+	}
+	for _, mm := range w.batch {
+		if err != nil {
+			break
+		}
+		mm.Header.AckSeq = inSeq
+		h := &mm.Header
+		w.mf.Header = msgr2.Header2{
+			Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
+			Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
+			Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
+		}
+		w.wbuf, err = e.AppendMessage(w.wbuf, &w.mf.Header, mm.Front, mm.Middle, mm.Data)
+	}
+	w.iov = append(w.iov, w.wbuf)
+	return err
 }
 
 // maxIovecs bounds the buffers handed to one writev (Linux's IOV_MAX).
@@ -851,6 +899,12 @@ func (c *Conn) writeLoop(r *socketRun) {
 			}
 			c.owner = ownWriter
 			c.mu.Unlock()
+			if err := w.takeEncErr(); err != nil {
+				w.done()
+				c.release()
+				r.fail(err)
+				return
+			}
 			if inj > 0 && injectHit(inj) {
 				c.release()
 				r.fail(ErrInjectedFailure)
@@ -868,6 +922,13 @@ func (c *Conn) writeLoop(r *socketRun) {
 			}
 		}
 	}
+}
+
+// takeEncErr returns and clears the batch's encoding error.
+func (w *writeState) takeEncErr() error {
+	err := w.encErr
+	w.encErr = nil
+	return err
 }
 
 // release gives up the write side.
@@ -966,6 +1027,12 @@ func (c *Conn) writeInline(r *socketRun) {
 		}
 		c.owner = ownInline
 		c.mu.Unlock()
+		if err := w.takeEncErr(); err != nil {
+			w.done()
+			c.release()
+			r.fail(err)
+			return
+		}
 		if inlineWrites {
 			c.lastWrite.Store(nanotime())
 		}

@@ -82,7 +82,8 @@ func (c *Conn) wasOpen() bool {
 // peer's protocol refusals (missing features, auth method) and bad input.
 func isProtocolRefusal(err error) bool {
 	var pe *msgr2.Error
-	return errors.As(err, &pe)
+	var ae *msgr2.AuthError
+	return errors.As(err, &pe) || errors.As(err, &ae)
 }
 
 // waitToConnect returns false once the connection is closed. A lossless
@@ -159,7 +160,7 @@ func (c *Conn) connectOnce() error {
 	cfg := msgr2.Config{
 		Role:         msgr2.Client,
 		MyName:       m.cfg.Name,
-		MyAuthName:   msg.AuthName{Type: m.cfg.Name.Type, ID: m.cfg.AuthID},
+		MyAuthName:   m.cfg.Auth.Name,
 		MyAddrs:      myAddrs,
 		Nonce:        m.cfg.Nonce,
 		PeerAddr:     remoteEntityAddr(nc, c.target.Nonce),
@@ -170,6 +171,7 @@ func (c *Conn) connectOnce() error {
 		ClientCookie: c.clientCookie,
 		GlobalSeq:    m.globalSeq.Add(1),
 		Limits:       m.cfg.Limits,
+		ConModes:     m.conModes,
 	}
 	if !lossy && c.serverCookie != 0 {
 		cfg.ServerCookie = c.serverCookie
@@ -179,6 +181,13 @@ func (c *Conn) connectOnce() error {
 	}
 	c.mu.Unlock()
 
+	if cfg.AuthClient, err = m.authClient(c); err != nil {
+		c.mu.Lock()
+		c.hsConn = nil
+		c.mu.Unlock()
+		_ = nc.Close()
+		return err
+	}
 	e := msgr2.NewEngine(cfg)
 	br := bufio.NewReaderSize(nc, readBufSize)
 	_, err = handshake(m, nc, br, e, c.clientEvent)
@@ -332,10 +341,17 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		PeerAddr:  remoteEntityAddr(nc, 0),
 		Supported: m.cfg.Supported,
 		Required:  m.cfg.Required,
-		GlobalID:  m.globalID.Add(1),
 		Limits:    m.cfg.Limits,
 		NoDataCRC: m.cfg.NoDataCRC,
+		ConModes:  m.conModes,
 	}
+	as, err := m.authServer(cfg.PeerAddr)
+	if err != nil {
+		m.log.Warn("no auth server for an incoming connection", "remote", nc.RemoteAddr().String(), "err", err)
+		_ = nc.Close()
+		return
+	}
+	cfg.AuthServer = as
 	e := msgr2.NewEngine(cfg)
 	br := bufio.NewReaderSize(nc, readBufSize)
 	var (
@@ -364,8 +380,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 			attached.detach(run)
 		}
 		if m.ctx.Err() == nil && !errors.Is(err, errDropIncoming) && !errors.Is(err, ErrWait) {
-			var pe *msgr2.Error
-			if errors.As(err, &pe) {
+			if isProtocolRefusal(err) {
 				m.log.Warn("closing incoming connection on protocol error", "remote", nc.RemoteAddr().String(), "err", err)
 			} else {
 				m.log.Debug("incoming handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
@@ -599,6 +614,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 	} else if p.Name.Type != 0 {
 		c.peerName.Type = p.Name.Type
 	}
+	c.auth = authInfo(r.e.AuthResult(), r.e.ConMode())
 	c.state = stateOpen
 	c.everReady = true
 	c.lastKASent = time.Now()

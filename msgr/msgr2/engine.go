@@ -1,8 +1,13 @@
 package msgr2
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
 	"net/netip"
+	"slices"
 
+	"github.com/ferrymsg/ferry/auth"
 	"github.com/ferrymsg/ferry/msg"
 )
 
@@ -65,8 +70,23 @@ type Config struct {
 	// GlobalSeq is this attempt's global sequence number.
 	GlobalSeq uint64
 
-	// GlobalID is the global id a server hands the client in AUTH_DONE.
+	// GlobalID is the global id a server hands the client in AUTH_DONE
+	// when its auth method assigns none (auth none).
 	GlobalID uint64
+
+	// AuthClient (client) authenticates this attempt; nil means auth
+	// none as MyAuthName. AuthServer (server) authenticates the peer;
+	// nil means auth none, assigning GlobalID. One value serves one
+	// connection attempt.
+	AuthClient auth.Client
+	AuthServer auth.Server
+	// ConModes returns the connection modes (auth.ConModeCRC,
+	// auth.ConModeSecure) for a peer of the given type in order of
+	// preference: a client offers them in AUTH_REQUEST; a server allows
+	// them and picks the first of the client's list it allows, as Ceph
+	// does. nil, or an empty list, means crc only. Auth none uses crc only, and secure mode
+	// needs a msgr2.1 peer.
+	ConModes func(peer msg.EntityType) []uint32
 
 	// Session resumption (client): a lossless client reconnecting a
 	// session it has established sets ServerCookie (from the server's
@@ -187,6 +207,13 @@ type Peer struct {
 	GlobalID  uint64 // client: the id AUTH_DONE assigned us
 	MyAddr    msg.EntityAddr
 	Rev1      bool // frames use the msgr2.1 layout
+	// Auth is what authentication established: on a server, who the
+	// peer is (name, global id, caps); on a client, who we are. Its keys
+	// are the session's: do not log them.
+	Auth auth.Result
+	// ConMode is the negotiated connection mode (ConModeCRC or
+	// ConModeSecure).
+	ConMode uint32
 }
 
 // Lossy reports whether the peer marked the session lossy.
@@ -206,16 +233,27 @@ const (
 	stClosed
 )
 
-// Engine is the msgr2.1 protocol state machine of one connection in crc
-// mode with auth method NONE: banner, HELLO, authentication, identity
-// exchange, then MESSAGE, ACK and keepalive frames. It does no I/O and
+// Engine is the msgr2 protocol state machine of one connection: banner,
+// HELLO, authentication through an auth.Client or auth.Server (auth none
+// by default), AUTH_SIGNATURE, identity exchange, then MESSAGE, ACK and
+// keepalive frames, in crc or (msgr2.1 only) secure mode. It does no I/O and
 // never reads the clock: the caller asks Need how many bytes to read, reads
 // exactly that many, and passes them to Feed, which returns events; bytes
 // the engine wants sent accumulate in Output.
 //
 // An Engine is driven by one goroutine (the connection's reader). Once
-// ready, InSeq may be read from any goroutine; the writer encodes messages
-// with the codec (MessageFrame) and Rev1.
+// ready, InSeq may be read from any goroutine, and the connection's one
+// writer (whoever owns the write side) encodes frames: in crc mode with
+// the codec (MessageFrame) and Rev1, in secure mode with AppendMessage
+// and AppendControl, which advance the send nonce and so must be called
+// in the order the frames go on the wire. Receiving and sending use
+// separate cipher state, so the reader and the writer may run at once.
+//
+// Before the peer is authenticated (its AUTH_SIGNATURE verified), what it
+// sends is bounded by Limits.MaxPreAuth in all (banner and frames; the
+// engine keeps a transcript of it for AUTH_SIGNATURE), and a MESSAGE,
+// ACK or keepalive before the session is ready is refused from its
+// preamble, before its body is read.
 type Engine struct {
 	cfg   Config
 	lim   Limits
@@ -236,12 +274,43 @@ type Engine struct {
 	decideOn  Tag              // server: what stDecide is deciding (CLIENT_IDENT or SESSION_RECONNECT)
 	resumed   bool             // client: this attempt sent SESSION_RECONNECT
 	err       error
+
+	// Authentication.
+	authC     auth.Client
+	authS     auth.Server
+	method    uint32   // the method in use (client: ours; server: the client's)
+	offered   []uint32 // the modes the client offered
+	rounds    int      // AUTH_REPLY_MORE rounds so far
+	more      bool     // server: an AUTH_REQUEST_MORE is expected
+	recording bool     // rxRec and txRec grow: the peer is not authenticated yet
+	rxRec     []byte   // every byte received so far (AUTH_SIGNATURE)
+	txRec     []byte   // every byte sent so far
+	preAuth   int      // bytes received before the peer was authenticated
+	authed    bool     // the peer's AUTH_SIGNATURE verified
+	wantSig   [32]byte // the signature the peer must send
+
+	// Secure mode (set at the switch after AUTH_DONE).
+	tx     *SecureTx
+	rx     *SecureRx
+	inline [secureInline]byte
+	txErr  error // a send that could not be sealed
 }
+
+// maxAuthRounds bounds the AUTH_REPLY_MORE / AUTH_REQUEST_MORE round
+// trips of one authentication (cephx needs one).
+const maxAuthRounds = 8
 
 // NewEngine returns an engine for one connection. Call Start to produce
 // the banner.
 func NewEngine(cfg Config) *Engine {
-	return &Engine{cfg: cfg, lim: cfg.Limits.WithDefaults()}
+	e := &Engine{cfg: cfg, lim: cfg.Limits.WithDefaults(), authC: cfg.AuthClient, authS: cfg.AuthServer, recording: true}
+	if e.authC == nil {
+		e.authC = auth.NewNoneClient(cfg.MyAuthName)
+	}
+	if e.authS == nil {
+		e.authS = &auth.NoneServer{GlobalID: cfg.GlobalID}
+	}
+	return e
 }
 
 // Start queues the banner. Both sides send it at once.
@@ -250,11 +319,45 @@ func (e *Engine) Start() {
 	if e.cfg.NoDataCRC {
 		sup |= FeatureNoDataCRC
 	}
+	start := len(e.out)
 	e.out = AppendBanner(e.out, sup, 0)
+	e.recordTx(start)
 }
 
+// recordTx adds what was appended to out from start to the transcript.
+func (e *Engine) recordTx(start int) {
+	if e.recording {
+		e.txRec = append(e.txRec, e.out[start:]...)
+	}
+}
+
+// AuthResult returns what authentication established (valid once the
+// handshake is past AUTH_DONE): on a server, the peer's name, global id
+// and caps; on a client, our own name and global id. Its keys are the
+// session's.
+func (e *Engine) AuthResult() auth.Result { return e.peer.Auth }
+
+// ConMode returns the negotiated connection mode (ConModeCRC or
+// ConModeSecure; 0 before AUTH_DONE).
+func (e *Engine) ConMode() uint32 { return e.peer.ConMode }
+
+// Secure reports whether frames are sealed (secure mode, from the
+// AUTH_SIGNATURE exchange on).
+func (e *Engine) Secure() bool { return e.tx != nil }
+
+// Authenticated reports whether the peer's AUTH_SIGNATURE has verified.
+func (e *Engine) Authenticated() bool { return e.authed }
+
+// TxErr returns the error of a frame that could not be sealed by one of
+// the Append methods that return no error (AppendKeepalive,
+// AppendKeepaliveAck, AppendAck): ErrNonceExhausted. The connection must
+// then be closed.
+func (e *Engine) TxErr() error { return e.txErr }
+
 // DataCRC reports whether MESSAGE data segments carry CRCs on this
-// connection: false once both banners offered FeatureNoDataCRC. A sender
+// connection in crc mode: false once both banners offered
+// FeatureNoDataCRC. (Secure mode carries no CRCs: GCM tags protect
+// every byte.) A sender
 // that encodes MessageFrames itself must then leave the data CRC zero
 // (DataCRC 0, DataCRCSet), and a reader need not compute it; the engine
 // does not check it.
@@ -317,7 +420,13 @@ func (e *Engine) Need() (n int, retain bool) {
 		return 0, false
 	}
 	if !e.inFrame {
+		if e.rx != nil {
+			return SecurePreambleLen, false
+		}
 		return PreambleLen, false
+	}
+	if e.rx != nil {
+		return e.pre.SecureBodyLen(), e.pre.Tag == TagMessage
 	}
 	return e.pre.BodyLen(e.rev1), e.pre.Tag == TagMessage
 }
@@ -345,6 +454,12 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 	if n, _ := e.Need(); len(p) != n {
 		return nil, e.fail(errorf(ErrProtocol, 0, "fed %d bytes, need %d", len(p), n))
 	}
+	if e.recording {
+		e.rxRec = append(e.rxRec, p...)
+	}
+	if !e.authed {
+		e.preAuth += len(p)
+	}
 	switch e.state {
 	case stBannerPrefix:
 		n, err := ParseBannerPrefix(p)
@@ -370,32 +485,77 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 		return nil, nil
 	}
 	if !e.inFrame {
-		pre, err := ParsePreamble(p, e.lim)
+		var pre Preamble
+		var err error
+		if e.rx != nil {
+			pre, err = e.rx.OpenPreamble(p, e.lim, &e.inline)
+		} else {
+			pre, err = ParsePreamble(p, e.lim)
+		}
 		if err != nil {
 			return nil, e.fail(err)
 		}
 		if pre.Tag != TagMessage && uint32(pre.PayloadLen()) > e.lim.MaxControl {
 			return nil, e.fail(errorf(ErrTooLarge, pre.Tag, "control frame of %d bytes", pre.PayloadLen()))
 		}
+		if err := e.checkPreamble(&pre); err != nil {
+			return nil, e.fail(err)
+		}
 		e.pre = pre
 		e.inFrame = true
-		if e.pre.BodyLen(e.rev1) == 0 {
-			// An empty frame (WAIT, for example) has no body to read.
-			e.inFrame = false
-			var segs [MaxSegments][]byte
-			if err := e.handleFrame(e.pre.Tag, segs); err != nil {
-				return nil, e.fail(err)
-			}
+		if n, _ := e.Need(); n == 0 {
+			// A frame without a body to read (WAIT, or in secure mode a
+			// control frame that fits the inline area).
+			return e.feedBody(nil)
 		}
 		return e.events, nil
 	}
+	return e.feedBody(p)
+}
+
+// checkPreamble refuses, from its preamble alone, a frame the engine's
+// state does not allow yet: a MESSAGE, ACK or keepalive before the
+// session is ready, or anything that would take the peer past
+// Limits.MaxPreAuth before it is authenticated.
+func (e *Engine) checkPreamble(p *Preamble) error {
+	if e.state != stReady {
+		switch p.Tag {
+		case TagMessage, TagAck, TagKeepalive2, TagKeepalive2Ack:
+			return unexpected(p.Tag, e.state)
+		}
+	}
+	if !e.authed && e.state != stReady {
+		body := p.BodyLen(e.rev1)
+		if e.rx != nil {
+			body = p.SecureBodyLen()
+		}
+		if uint64(e.preAuth)+uint64(body) > uint64(e.lim.MaxPreAuth) {
+			return errorf(ErrPreAuthLimit, p.Tag, "%d bytes received and a body of %d before authentication; the limit is %d",
+				e.preAuth, body, e.lim.MaxPreAuth)
+		}
+	}
+	return nil
+}
+
+// feedBody parses the body of the frame whose preamble was read and
+// handles it.
+func (e *Engine) feedBody(p []byte) ([]Event, error) {
 	e.inFrame = false
-	segs, err := parseBody(&e.pre, p, e.rev1, e.noDataCRC)
+	var segs [MaxSegments][]byte
+	var err error
+	if e.rx != nil {
+		segs, err = e.rx.OpenBody(&e.pre, e.inline[:], p)
+	} else if len(p) > 0 {
+		segs, err = parseBody(&e.pre, p, e.rev1, e.noDataCRC)
+	}
 	if err != nil {
 		return nil, e.fail(err)
 	}
 	if err := e.handleFrame(e.pre.Tag, segs); err != nil {
 		return nil, e.fail(err)
+	}
+	if e.txErr != nil {
+		return nil, e.fail(e.txErr)
 	}
 	return e.events, nil
 }
@@ -406,7 +566,17 @@ func (e *Engine) sendHello() {
 }
 
 func (e *Engine) sendControl(tag Tag, payload []byte) {
-	e.out = AppendFrame(e.out, tag, e.rev1, payload)
+	start := len(e.out)
+	if e.tx != nil {
+		out, err := e.tx.AppendFrame(e.out, tag, payload)
+		e.out = out
+		if err != nil && e.txErr == nil {
+			e.txErr = err
+		}
+	} else {
+		e.out = AppendFrame(e.out, tag, e.rev1, payload)
+	}
+	e.recordTx(start)
 }
 
 func unexpected(tag Tag, st state) error {
@@ -432,10 +602,10 @@ func (e *Engine) handleFrame(tag Tag, segs [MaxSegments][]byte) error {
 		}
 		e.peer.Name.Type = h.EntityType
 		e.peer.MyAddr = h.PeerAddr
-		if e.cfg.Role == Client {
-			e.sendAuthRequest()
-		}
 		e.state = stAuth
+		if e.cfg.Role == Client {
+			return e.sendAuthRequest()
+		}
 		return nil
 	case stAuth:
 		if e.cfg.Role == Client {
@@ -450,11 +620,12 @@ func (e *Engine) handleFrame(tag Tag, segs [MaxSegments][]byte) error {
 		if err != nil {
 			return err
 		}
-		// With auth NONE there is no session key and the signature is
-		// all zeros.
-		if sig.Sig != ([32]byte{}) {
-			return errorf(ErrAuthRejected, tag, "non-zero auth signature without a session key")
+		// HMAC-SHA256 with the session key of everything we sent up to
+		// AUTH_DONE; all zeros without a session key (auth none).
+		if !hmac.Equal(sig.Sig[:], e.wantSig[:]) {
+			return errorf(ErrBadSignature, tag, "the peer's signature of our transcript does not match")
 		}
+		e.authed = true
 		e.state = stIdent
 		if e.cfg.Role == Client {
 			if e.cfg.ServerCookie != 0 {
@@ -473,14 +644,78 @@ func (e *Engine) handleFrame(tag Tag, segs [MaxSegments][]byte) error {
 	return unexpected(tag, e.state)
 }
 
-func (e *Engine) sendAuthRequest() {
-	mode := AuthModeAuthorizer
-	if e.peer.Name.Type == msg.EntityMon {
-		mode = AuthModeMon
+// modesFor returns the connection modes for the peer, filtered to what
+// method and the frame layout allow: crc only for auth none, and no
+// secure mode with a msgr2.0 peer.
+func (e *Engine) modesFor(method uint32) []uint32 {
+	var modes []uint32
+	if e.cfg.ConModes != nil {
+		modes = e.cfg.ConModes(e.peer.Name.Type)
 	}
-	pl := AuthNonePayload{Mode: mode, Name: e.cfg.MyAuthName, GlobalID: 0}
-	req := AuthRequest{Method: AuthMethodNone, PreferredModes: []uint32{ConModeCRC}, Payload: pl.Append(nil)}
+	if len(modes) == 0 {
+		modes = []uint32{ConModeCRC}
+	}
+	out := make([]uint32, 0, len(modes))
+	for _, m := range modes {
+		switch {
+		case m != ConModeCRC && m != ConModeSecure:
+		case m == ConModeSecure && (method == AuthMethodNone || !e.rev1):
+		case slices.Contains(out, m):
+		default:
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sign returns HMAC-SHA256(key, transcript), or zeros without a key.
+func sign(key, transcript []byte) (sig [32]byte) {
+	if len(key) == 0 {
+		return sig
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(transcript)
+	h.Sum(sig[:0])
+	return sig
+}
+
+// authDone finishes authentication with res in mode: the signatures of
+// both transcripts, the switch to secure mode if chosen, and our
+// AUTH_SIGNATURE. The client calls it after handling AUTH_DONE, the
+// server after queueing it (so each transcript ends with AUTH_DONE).
+func (e *Engine) authDone(res auth.Result, mode uint32) error {
+	e.peer.Auth = res
+	e.peer.ConMode = mode
+	mine := sign(res.SessionKey, e.rxRec)
+	e.wantSig = sign(res.SessionKey, e.txRec)
+	e.recording = false
+	e.rxRec, e.txRec = nil, nil
+	if mode == ConModeSecure {
+		tx, rx, err := NewSecure(res.ConnectionSecret, e.cfg.Role)
+		if err != nil {
+			return err
+		}
+		e.tx, e.rx = tx, rx
+	}
+	e.sendControl(TagAuthSignature, (&AuthSignature{Sig: mine}).Append(nil))
+	e.state = stAuthSignature
+	return nil
+}
+
+func (e *Engine) sendAuthRequest() error {
+	e.method = e.authC.Method()
+	e.offered = e.modesFor(e.method)
+	if len(e.offered) == 0 {
+		return errorf(ErrBadAuthMethod, TagAuthRequest, "no connection mode left to offer a %s peer with auth method %d (secure mode needs cephx and msgr2.1)",
+			e.peer.Name.Type, e.method)
+	}
+	pl, err := e.authC.Request(e.peer.Name.Type)
+	if err != nil {
+		return &Error{Err: ErrAuthRejected, Tag: TagAuthRequest, Detail: "auth method could not build its request", Cause: err}
+	}
+	req := AuthRequest{Method: e.method, PreferredModes: e.offered, Payload: pl}
 	e.sendControl(TagAuthRequest, req.Append(nil))
+	return nil
 }
 
 func (e *Engine) clientAuth(tag Tag, p []byte) error {
@@ -490,57 +725,123 @@ func (e *Engine) clientAuth(tag Tag, p []byte) error {
 		if err != nil {
 			return err
 		}
-		return errorf(ErrBadAuthMethod, tag, "server refused auth method %d (result %d); it allows methods %v modes %v; ferry offers NONE with CRC",
-			bm.Method, bm.Result, bm.AllowedMethods, bm.AllowedModes)
+		return &AuthError{Remote: true, Method: bm.Method, Result: bm.Result,
+			AllowedMethods: bm.AllowedMethods, AllowedModes: bm.AllowedModes, OfferedModes: e.offered}
+	case TagAuthReplyMore:
+		rm, err := ParseAuthReplyMore(p)
+		if err != nil {
+			return err
+		}
+		if e.rounds++; e.rounds > maxAuthRounds {
+			return errorf(ErrProtocol, tag, "more than %d auth rounds", maxAuthRounds)
+		}
+		ans, err := e.authC.ReplyMore(slices.Clone(rm.Payload))
+		if err != nil {
+			return &Error{Err: ErrAuthRejected, Tag: tag, Detail: "auth method refused the server's challenge", Cause: err}
+		}
+		e.sendControl(TagAuthRequestMore, (&AuthRequestMore{Payload: ans}).Append(nil))
+		return nil
 	case TagAuthDone:
 		d, err := ParseAuthDone(p)
 		if err != nil {
 			return err
 		}
-		if d.ConMode != ConModeCRC {
-			return errorf(ErrBadAuthMethod, tag, "server chose connection mode %d; ferry supports only crc mode", d.ConMode)
+		if !slices.Contains(e.offered, d.ConMode) {
+			return errorf(ErrBadAuthMethod, tag, "server chose connection mode %d; we offered %v", d.ConMode, e.offered)
+		}
+		res, err := e.authC.Done(d.GlobalID, d.ConMode, slices.Clone(d.Payload))
+		if err != nil {
+			return &Error{Err: ErrAuthRejected, Tag: tag, Detail: "auth method refused the server's final reply", Cause: err}
 		}
 		e.peer.GlobalID = d.GlobalID
-		e.sendControl(TagAuthSignature, (&AuthSignature{}).Append(nil))
-		e.state = stAuthSignature
-		return nil
-	case TagAuthReplyMore:
-		return errorf(ErrBadAuthMethod, tag, "auth NONE takes no further round trips")
+		return e.authDone(res, d.ConMode)
 	}
 	return unexpected(tag, e.state)
 }
 
+// authErrno is the result a server reports in AUTH_BAD_METHOD for an
+// auth method's error, as Ceph does: -EINVAL for a malformed payload,
+// else -EACCES.
+func authErrno(err error) int32 {
+	if errors.Is(err, auth.ErrMalformed) {
+		return -errnoEINVAL
+	}
+	return -errnoEACCES
+}
+
 func (e *Engine) serverAuth(tag Tag, p []byte) error {
-	if tag != TagAuthRequest {
-		return unexpected(tag, e.state)
-	}
-	req, err := ParseAuthRequest(p)
-	if err != nil {
-		return err
-	}
-	crc := false
-	for _, m := range req.PreferredModes {
-		if m == ConModeCRC {
-			crc = true
+	switch {
+	case tag == TagAuthRequest && !e.more:
+		req, err := ParseAuthRequest(p)
+		if err != nil {
+			return err
 		}
+		e.method, e.offered = req.Method, slices.Clone(req.PreferredModes)
+		methods := e.authS.Methods(e.peer.Name.Type)
+		modes := e.modesFor(req.Method)
+		mode := uint32(0)
+		for _, m := range req.PreferredModes {
+			if slices.Contains(modes, m) {
+				mode = m
+				break
+			}
+		}
+		if !slices.Contains(methods, req.Method) || mode == 0 {
+			// EOPNOTSUPP, as Ceph answers; the client may try again.
+			bm := AuthBadMethod{Method: req.Method, Result: -errnoEOPNOTSUPP, AllowedMethods: methods, AllowedModes: e.modesFor(firstOr(methods, req.Method))}
+			e.sendControl(TagAuthBadMethod, bm.Append(nil))
+			return nil
+		}
+		e.peer.ConMode = mode
+		return e.serverHandle(true, req.Payload)
+	case tag == TagAuthRequestMore && e.more:
+		rm, err := ParseAuthRequestMore(p)
+		if err != nil {
+			return err
+		}
+		return e.serverHandle(false, rm.Payload)
 	}
-	if req.Method != AuthMethodNone || !crc {
-		// EOPNOTSUPP, as Ceph answers; the client may try again.
-		bm := AuthBadMethod{Method: req.Method, Result: -95,
-			AllowedMethods: []uint32{AuthMethodNone}, AllowedModes: []uint32{ConModeCRC}}
+	return unexpected(tag, e.state)
+}
+
+func firstOr(l []uint32, d uint32) uint32 {
+	if len(l) > 0 {
+		return l[0]
+	}
+	return d
+}
+
+// serverHandle passes a client payload to the auth server and answers.
+func (e *Engine) serverHandle(first bool, payload []byte) error {
+	pt := e.peer.Name.Type
+	rep, err := e.authS.Handle(e.method, pt, e.peer.ConMode, first, slices.Clone(payload))
+	if err != nil {
+		ae := &AuthError{Method: e.method, Result: authErrno(err), AllowedMethods: e.authS.Methods(pt),
+			AllowedModes: e.modesFor(e.method), OfferedModes: e.offered, Cause: err}
+		bm := AuthBadMethod{Method: e.method, Result: ae.Result, AllowedMethods: ae.AllowedMethods, AllowedModes: ae.AllowedModes}
 		e.sendControl(TagAuthBadMethod, bm.Append(nil))
+		return ae
+	}
+	if !rep.Done {
+		if e.rounds++; e.rounds > maxAuthRounds {
+			return errorf(ErrProtocol, TagAuthRequestMore, "more than %d auth rounds", maxAuthRounds)
+		}
+		e.more = true
+		e.sendControl(TagAuthReplyMore, (&AuthReplyMore{Payload: rep.More}).Append(nil))
 		return nil
 	}
-	pl, err := ParseAuthNonePayload(req.Payload)
-	if err != nil {
-		return err
+	e.more = false
+	res := rep.Result
+	if res.GlobalID == 0 {
+		res.GlobalID = e.cfg.GlobalID
 	}
-	e.peer.AuthName = pl.Name
-	done := AuthDone{GlobalID: e.cfg.GlobalID, ConMode: ConModeCRC}
+	if res.Method == 0 {
+		res.Method = e.method
+	}
+	e.peer.AuthName = res.Name
+	done := AuthDone{GlobalID: res.GlobalID, ConMode: e.peer.ConMode, Payload: rep.Payload}
 	e.sendControl(TagAuthDone, done.Append(nil))
-	e.sendControl(TagAuthSignature, (&AuthSignature{}).Append(nil))
-	e.state = stAuthSignature
-	return nil
+	return e.authDone(res, e.peer.ConMode)
 }
 
 func (e *Engine) myAddrs() msg.AddrVec {
@@ -924,17 +1225,51 @@ func (e *Engine) handleMessageData(segs [MaxSegments][]byte, data [][]byte) erro
 	return nil
 }
 
-// AppendKeepalive appends a KEEPALIVE2 frame carrying s.
+// AppendControl appends the frame carrying f in the connection's mode
+// (sealed in secure mode, where it fails with ErrNonceExhausted and
+// leaves b as it was). Frames must be appended in wire order.
+func (e *Engine) AppendControl(b []byte, f ControlFrame) ([]byte, error) {
+	if e.tx != nil {
+		return e.tx.AppendControl(b, f)
+	}
+	return AppendControlFrame(b, e.rev1, f), nil
+}
+
+// AppendMessage appends a sealed MESSAGE frame (secure mode only: in crc
+// mode use MessageFrame, which does not copy the data). It copies the
+// data once, into b, and encrypts it there. It fails with
+// ErrNonceExhausted (b as it was), or ErrProtocol in crc mode.
+func (e *Engine) AppendMessage(b []byte, h *Header2, front, middle, data msg.Buffers) ([]byte, error) {
+	if e.tx == nil {
+		return b, errorf(ErrProtocol, TagMessage, "AppendMessage in crc mode")
+	}
+	return e.tx.AppendMessage(b, h, front, middle, data)
+}
+
+// appendCtl is AppendControl for the methods without an error result: a
+// failure is kept for TxErr.
+func (e *Engine) appendCtl(b []byte, f ControlFrame) []byte {
+	out, err := e.AppendControl(b, f)
+	if err != nil && e.txErr == nil {
+		e.txErr = err
+	}
+	return out
+}
+
+// AppendKeepalive appends a KEEPALIVE2 frame carrying s (sealed in secure
+// mode; see TxErr).
 func (e *Engine) AppendKeepalive(b []byte, s Stamp) []byte {
-	return AppendFrame(b, TagKeepalive2, e.rev1, (&Keepalive2{Sec: s.Sec, Nsec: s.Nsec}).Append(nil))
+	return e.appendCtl(b, Keepalive2{Sec: s.Sec, Nsec: s.Nsec})
 }
 
-// AppendKeepaliveAck appends a KEEPALIVE2_ACK frame echoing s.
+// AppendKeepaliveAck appends a KEEPALIVE2_ACK frame echoing s (sealed in
+// secure mode; see TxErr).
 func (e *Engine) AppendKeepaliveAck(b []byte, s Stamp) []byte {
-	return AppendFrame(b, TagKeepalive2Ack, e.rev1, (&Keepalive2Ack{Sec: s.Sec, Nsec: s.Nsec}).Append(nil))
+	return e.appendCtl(b, Keepalive2Ack{Sec: s.Sec, Nsec: s.Nsec})
 }
 
-// AppendAck appends an ACK frame for seq.
+// AppendAck appends an ACK frame for seq (sealed in secure mode; see
+// TxErr).
 func (e *Engine) AppendAck(b []byte, seq uint64) []byte {
-	return AppendFrame(b, TagAck, e.rev1, (&Ack{Seq: seq}).Append(nil))
+	return e.appendCtl(b, Ack{Seq: seq})
 }

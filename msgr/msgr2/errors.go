@@ -3,6 +3,7 @@ package msgr2
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -48,6 +49,20 @@ var (
 	// ErrProtocol means the peer broke the protocol in a way not covered
 	// above.
 	ErrProtocol = errors.New("msgr2: protocol violation")
+	// ErrBadSignature means the peer's AUTH_SIGNATURE does not match the
+	// HMAC of what we sent it: the pre-auth exchange was tampered with,
+	// or the peer holds another session key.
+	ErrBadSignature = errors.New("msgr2: auth signature mismatch")
+	// ErrDecrypt means a secure-mode frame did not decrypt: its GCM tag
+	// does not verify (tampered, replayed, reordered or truncated bytes,
+	// or another key).
+	ErrDecrypt = errors.New("msgr2: secure frame does not decrypt")
+	// ErrNonceExhausted means a secure-mode sender used up its nonces;
+	// the connection must be closed (a new one gets new nonces).
+	ErrNonceExhausted = errors.New("msgr2: out of nonces")
+	// ErrPreAuthLimit means a peer sent more before authenticating than
+	// Limits.MaxPreAuth allows.
+	ErrPreAuthLimit = errors.New("msgr2: pre-auth limit exceeded")
 )
 
 // Error is the typed error for everything the codec and the engine reject.
@@ -58,6 +73,9 @@ type Error struct {
 	Err    error
 	Tag    Tag
 	Detail string
+	// Cause, if set, is the error of another layer behind this one (an
+	// auth method's), which errors.Is and errors.As see too.
+	Cause error
 }
 
 // Error formats e as "<sentinel>: <TAG> <detail>", for example
@@ -79,14 +97,93 @@ func (e *Error) Error() string {
 		sb.WriteString(sep)
 		sb.WriteString(e.Detail)
 	}
+	if e.Cause != nil {
+		sb.WriteString(": ")
+		sb.WriteString(e.Cause.Error())
+	}
 	return sb.String()
 }
 
-// Unwrap returns the sentinel error.
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the sentinel error and the cause, if any.
+func (e *Error) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Cause}
+}
 
 // errorf returns an *Error wrapping sentinel for a frame with the given tag
 // (0 for none) and a formatted detail.
 func errorf(sentinel error, tag Tag, format string, args ...any) *Error {
 	return &Error{Err: sentinel, Tag: tag, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Ceph errno values carried in AUTH_BAD_METHOD's result (negated).
+const (
+	errnoEACCES     = 13
+	errnoEINVAL     = 22
+	errnoEOPNOTSUPP = 95
+)
+
+// AuthError is how an authentication refusal is reported: the peer's
+// AUTH_BAD_METHOD (client side; Remote true), or our own refusal of the
+// peer (server side; Remote false). It matches ErrBadAuthMethod when the
+// method or every mode was refused (result -EOPNOTSUPP) and
+// ErrAuthRejected otherwise (-EACCES: a bad key or ticket, -EINVAL:
+// malformed). Cause, when set, is the auth method's own error (server
+// side, or a client that could not process a reply), and errors.Is sees
+// through to it (auth.ErrBadKey, auth.ErrBadTicket, ...).
+type AuthError struct {
+	Remote         bool
+	Method         uint32   // the method the client tried
+	Result         int32    // negative errno
+	AllowedMethods []uint32 // what the server allows
+	AllowedModes   []uint32
+	OfferedModes   []uint32 // the modes the client offered
+	Cause          error
+}
+
+func (e *AuthError) sentinel() error {
+	if e.Result == -errnoEOPNOTSUPP {
+		return ErrBadAuthMethod
+	}
+	return ErrAuthRejected
+}
+
+// Error says who refused what and why.
+func (e *AuthError) Error() string {
+	var sb strings.Builder
+	sb.WriteString(e.sentinel().Error())
+	if e.Remote {
+		fmt.Fprintf(&sb, ": server refused auth method %d with modes %v: result %d (%s); it allows methods %v modes %v",
+			e.Method, e.OfferedModes, e.Result, errnoName(e.Result), e.AllowedMethods, e.AllowedModes)
+	} else {
+		fmt.Fprintf(&sb, ": refused client's auth method %d with modes %v: result %d (%s); allowed methods %v modes %v",
+			e.Method, e.OfferedModes, e.Result, errnoName(e.Result), e.AllowedMethods, e.AllowedModes)
+	}
+	if e.Cause != nil {
+		sb.WriteString(": ")
+		sb.WriteString(e.Cause.Error())
+	}
+	return sb.String()
+}
+
+// Is matches the sentinel (see AuthError).
+func (e *AuthError) Is(target error) bool { return target == e.sentinel() }
+
+// Unwrap returns the cause, if any.
+func (e *AuthError) Unwrap() error { return e.Cause }
+
+func errnoName(r int32) string {
+	switch -r {
+	case errnoEACCES:
+		return "EACCES: bad key, ticket or authorizer"
+	case errnoEINVAL:
+		return "EINVAL: malformed or superfluous"
+	case errnoEOPNOTSUPP:
+		return "EOPNOTSUPP: method or mode not allowed"
+	case 0:
+		return "ok"
+	}
+	return "errno " + strconv.Itoa(int(-r))
 }

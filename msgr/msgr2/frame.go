@@ -84,6 +84,11 @@ const (
 	DefaultMaxControl = 64 << 10
 	DefaultMaxSegment = 256 << 20
 	DefaultMaxMessage = 256 << 20
+	// DefaultMaxPreAuth bounds what a peer may send before it is
+	// authenticated. A cephx exchange takes about 2 KiB: a mon's
+	// AUTH_DONE with the AUTH ticket and MON, OSD, MGR and MDS tickets
+	// is ~1 KiB, an authorizer ~250 bytes (see the tests).
+	DefaultMaxPreAuth = 16 << 10
 )
 
 // AppendBanner appends the whole banner: the prefix, le16 payload length
@@ -138,6 +143,12 @@ type Limits struct {
 	MaxControl uint32 // largest control (non-MESSAGE) frame, sum of segments, in bytes; default 64 KiB
 	MaxSegment uint32 // largest single MESSAGE segment, in bytes; default 256 MiB
 	MaxMessage uint32 // largest MESSAGE frame (sum of segments), in bytes; default 256 MiB
+	// MaxPreAuth bounds everything a peer sends before it is
+	// authenticated (its AUTH_SIGNATURE verified): banner, HELLO and the
+	// AUTH_* frames, as they come on the wire; default 16 KiB. It is
+	// what an unauthenticated peer can make the engine hold (the
+	// transcript that AUTH_SIGNATURE signs, and the frame being read).
+	MaxPreAuth uint32
 }
 
 // WithDefaults returns l with every zero field set to its default.
@@ -150,6 +161,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxMessage == 0 {
 		l.MaxMessage = DefaultMaxMessage
+	}
+	if l.MaxPreAuth == 0 {
+		l.MaxPreAuth = DefaultMaxPreAuth
 	}
 	return l
 }

@@ -136,10 +136,12 @@ type MessagePeek struct {
 
 // Split reports how the body the engine waits for divides around its data
 // segment. ok is true only when the engine is ready and Need asks for the
-// body of a MESSAGE frame with a data segment; the caller may then read
-// the body in parts and pass them to FeedSplit instead of Feed.
+// body of a MESSAGE frame with a data segment, in crc mode; the caller may
+// then read the body in parts and pass them to FeedSplit instead of Feed.
+// (In secure mode the body is sealed as one GCM message and must be read
+// whole.)
 func (e *Engine) Split() (s BodySplit, ok bool) {
-	if e.state != stReady || !e.inFrame {
+	if e.state != stReady || !e.inFrame || e.rx != nil {
 		return BodySplit{}, false
 	}
 	return e.pre.SplitBody(e.rev1)
