@@ -2,8 +2,10 @@ package msgr
 
 import (
 	"errors"
+	"io"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ferrymsg/ferry/metrics"
@@ -179,6 +181,10 @@ func faultReason(err error) string {
 	switch {
 	case err == nil:
 		return "none"
+	case errors.Is(err, io.EOF):
+		return "peer_closed"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
 	case errors.Is(err, ErrPeerFault):
 		return "peer_fault"
 	case errors.Is(err, ErrKeepaliveTimeout):

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
@@ -32,6 +33,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	rank := fs.Uint("rank", 0, "the RPC rank to serve as: requests for other ranks are refused (ErrWrongRank)")
 	mflags := addMsgrFlags(fs, "stateless-server")
+	ops := addOpsFlags(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -67,6 +69,13 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	// The first line of stdout is the contract with scripts and tests.
 	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
 	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
+	stopOps, err := ops.start(ctx, e, log, srv, time.Now())
+	defer stopOps()
+	if err != nil {
+		log.Error("cannot serve", "err", err)
+		srv.Close()
+		return exitError
+	}
 	log.Info("serving pings and the RPC self-test", "rank", *rank, "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
 	<-ctx.Done()
 	log.Info("shutting down", "pings_answered", srv.Pings())
