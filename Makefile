@@ -4,6 +4,7 @@
 #   make test PKGS='./ceph/... ./internal/...'   the same on some packages
 #   make unit                      just the tests
 #   make bench-check               the benchmark harness (bench/peers) checked
+#   make contrib-check             contrib/prometheus (a module of its own) tested
 #   make fuzz FUZZTIME=30s         longer fuzzing
 
 GO       ?= go
@@ -16,12 +17,12 @@ TIMEOUT  ?= 20m
 DIRS := $(patsubst %/...,%,$(PKGS))
 DIRS := $(patsubst ...,.,$(DIRS))
 
-.PHONY: test deps vet fmt unit bench-check fuzz
+.PHONY: test deps vet fmt unit bench-check contrib-check fuzz
 
 # The steps of test run in order even under make -j.
 .NOTPARALLEL:
 
-test: deps vet fmt unit bench-check fuzz
+test: deps vet fmt unit bench-check contrib-check fuzz
 
 deps:
 	scripts/install-deps.sh
@@ -41,6 +42,12 @@ unit:
 # TestBulkHarness), so that a benchmark never measures wrong bytes.
 bench-check:
 	cd bench/peers && $(GO) vet . && $(GO) test -race -count=1 -run 'Harness' .
+
+# contrib/prometheus (its own module, with client_golang): vetted and
+# tested, including the scrape of ferry serve --metrics parsed by
+# Prometheus's text parser.
+contrib-check:
+	cd contrib/prometheus && $(GO) vet . && $(GO) test -race -count=1 .
 
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZBUDGET=$(FUZZBUDGET) scripts/fuzz.sh $(DIRS)
