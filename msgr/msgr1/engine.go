@@ -375,6 +375,13 @@ func (e *Engine) SetInSeq(s uint64) { e.inSeq = s }
 // learns its global id after authenticating to a mon).
 func (e *Engine) SetMyName(n msg.EntityName) { e.cfg.MyName = n }
 
+// SetLimits replaces the engine's limits (zero fields take their
+// defaults) for what it reads next. A server whose peers authenticate
+// after the handshake (a mon's clients, with MAuth) keeps MaxMessage
+// small until they have, so that an unauthenticated peer can make it
+// hold no more than an MAuth's worth; the caller calls it between Feeds.
+func (e *Engine) SetLimits(l Limits) { e.lim = l.WithDefaults() }
+
 // Signed reports whether messages are signed (a cephx session key was
 // established with the authorizer) and, once MSG_AUTH is negotiated,
 // their signatures checked.

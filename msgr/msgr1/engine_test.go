@@ -675,3 +675,20 @@ func TestAccessors(t *testing.T) {
 		t.Error("names")
 	}
 }
+
+// TestSetLimits: a server that lowers MaxMessage until its peer has
+// authenticated refuses a larger message from its header.
+func TestSetLimits(t *testing.T) {
+	c, s := pair(clientConfig(), serverConfig())
+	run(t, c, s)
+	s.e.SetLimits(Limits{MaxMessage: 64})
+	evs := exchange(t, c, s, testMessage(1, string(make([]byte, 64)), "", ""))
+	if len(evs) != 1 || evs[0].Msg.Front.Len() != 64 {
+		t.Fatalf("64 bytes: %+v", evs)
+	}
+	s.in = c.e.AppendMessage(nil, testMessage(2, string(make([]byte, 65)), "", ""))
+	s.feed(t)
+	if !errors.Is(s.err, ErrTooLarge) {
+		t.Fatalf("65 bytes: %v", s.err)
+	}
+}
