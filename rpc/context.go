@@ -300,6 +300,13 @@ func (c *Context) finishID(id uint64, reason track.Reason, cause error) bool {
 // ctx.Err() (ErrTimedOut for a deadline, ErrCanceled otherwise). Call does
 // not need the context's progress.
 func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output) error {
+	return c.call(ctx, ep, op, in, out, false)
+}
+
+// call is Call; toRemoved lets the request reach a rank removed from the
+// group, at the URI it had, on a connection that is not cached (to tell
+// it it was removed).
+func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output, toRemoved bool) error {
 	timeout := c.Timeout()
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
@@ -310,6 +317,7 @@ func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 	}
 	r := getRequest(c)
 	r.mode = modeCall
+	r.toRemoved = toRemoved
 	r.req.Endpoint, r.req.Opcode = ep, op
 	if err := c.prepare(r, ep, op, in, timeout); err != nil {
 		r.unref()
@@ -381,12 +389,16 @@ func (c *Context) transmit(r *request) {
 	ep := r.req.Endpoint
 	id := r.entry.ID()
 	for attempt := 0; ; attempt++ {
-		conn, err := c.connFor(ep, id)
+		conn, err := c.connFor(ep, id, r.toRemoved)
 		if errors.Is(err, errLookupPending) {
 			return // the lookup transmits it when it completes
 		}
 		if err != nil {
-			c.finishID(id, track.Failed, err)
+			reason := track.Failed
+			if CodeOf(err) == CodeExcluded {
+				reason = track.Excluded
+			}
+			c.finishID(id, reason, err)
 			return
 		}
 		r.conn.Store(conn)
@@ -420,18 +432,34 @@ var errLookupPending = errors.New("rpc: URI lookup pending")
 // connFor returns the connection for ep from the cache, or dials the
 // target's URI and caches it; if the URI is not known it starts a URI
 // lookup that will transmit request id.
-func (c *Context) connFor(ep Endpoint, id uint64) (*msgr.Conn, error) {
+//
+// A rank known dead or removed is not dialled: ErrExcluded, unless
+// toRemoved, for which a removed rank is dialled at the URI of its tag 0
+// it had, and the connection is not cached.
+func (c *Context) connFor(ep Endpoint, id uint64, toRemoved bool) (*msgr.Conn, error) {
 	key := cacheKey(ep.Rank, ep.Tag)
 	if conn := (*c.cache.Load())[key]; conn != nil {
 		return conn, nil
 	}
 	uri, err := c.in.group.lookupURI(ep.Rank, ep.Tag)
 	switch {
+	case errors.Is(err, errRemoved) && toRemoved:
+		u, ok := c.in.group.removedURI(ep.Rank)
+		if !ok {
+			return nil, &Error{Code: CodeExcluded, Endpoint: ep}
+		}
+		conn, err := c.in.m.Connect(c.in.selectURI(u))
+		if err != nil {
+			return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "connecting to " + u, Err: err}
+		}
+		return conn, nil
 	case errors.Is(err, errNoURI):
 		c.startLookup(ep, id)
 		return nil, errLookupPending
 	case errors.Is(err, errRemoved):
 		return nil, &Error{Code: CodeExcluded, Endpoint: ep}
+	case errors.Is(err, errDead):
+		return nil, &Error{Code: CodeExcluded, Endpoint: ep, Msg: "known dead"}
 	case err != nil:
 		return nil, &Error{Code: CodeNotFound, Endpoint: ep, Msg: err.Error()}
 	}

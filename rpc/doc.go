@@ -123,6 +123,38 @@
 // ErrExcluded; a connection failure completes those sent on it with
 // ErrUnreachable.
 //
+// # Membership: states, versions, authority, SWIM
+//
+// Each member also has a liveness in this instance's view (MemberState:
+// alive, suspect, dead) set by a failure detector (Group.SetState). A
+// verdict acts here at once: a dead member is excluded, so its queued,
+// credit-waiting and in-flight requests complete with ErrExcluded, its
+// connections are dropped, and new requests to it fail at once without
+// dialling it, until a verdict at a higher incarnation has it alive (a
+// restart). Watch delivers the events (alive, suspect, dead, joined,
+// left, and this instance's own exclusion) to callbacks, in order, on
+// one goroutine.
+//
+// The group's version changes through one authority: Group.Propose
+// applies a change at the next version and sends the whole membership
+// (OpGroupUpdate, applied by each rank only if newer) to every member
+// and to the ranks it removes, which learn they were excluded
+// (EventExcluded, Group.ExcludedAt; CaRT's exclusion detection). RPCs
+// registered with CheckGroupVersion are refused with ErrGroupVersion
+// when the origin's version (in every request header) is not the
+// target's.
+//
+// Instance.StartSWIM runs package swim's machine in a context of its own:
+// its messages are one-way RPCs of the SWIM base (OpSWIM), queued at the
+// front, sent at high priority and served inline on the reader
+// goroutine; a goroutine ticks it by the instance's Clock. Its verdicts
+// go to Group.SetState; its Authority (by default the lowest live rank;
+// or a designated rank; or the application) proposes each new
+// membership: members dead removed, removed ranks back at a higher
+// incarnation re-added. See Authority for the behaviour under
+// partition and SWIMOptions for the defaults and the detection bound
+// (26.7 s for 5 ranks).
+//
 // # Bulk transfers
 //
 // NewBulk registers a scatter-gather list of byte slices as read-only

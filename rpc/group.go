@@ -32,10 +32,20 @@ type Group struct {
 	// 0: a request to one fails with ErrExcluded (not ErrNotFound, as
 	// for a rank never known), and a rejoining rank can be re-added.
 	removed map[uint32]string
+	// excluded is the version of a membership received that left this
+	// instance out (0: none).
+	excluded uint32
+
+	watch watchers
+	// onChange, if set, hears of members added and removed by a new
+	// version (the SWIM service keeps its machine's members in step).
+	onChange func(added, removed []uint32)
 }
 
 type member struct {
-	uris []string // by tag; "" unknown
+	uris  []string // by tag; "" unknown
+	state MemberState
+	inc   uint64 // the incarnation of the last verdict
 }
 
 func (m *member) uri(tag uint16) string {
@@ -137,6 +147,7 @@ func (g *Group) Has(rank uint32) bool {
 var (
 	errNotMember = errors.New("rank not in group")
 	errRemoved   = errors.New("rank removed from group")
+	errDead      = errors.New("rank known dead")
 	errNoURI     = errors.New("URI not known")
 )
 
@@ -159,10 +170,21 @@ func (g *Group) lookupURI(rank uint32, tag uint16) (string, error) {
 		}
 		return "", errNotMember
 	}
+	if m.state == MemberDead {
+		return "", errDead
+	}
 	if u := m.uri(tag); u != "" {
 		return u, nil
 	}
 	return "", errNoURI
+}
+
+// removedURI returns the tag-0 URI a removed rank had.
+func (g *Group) removedURI(rank uint32) (string, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	u, ok := g.removed[rank]
+	return u, ok && u != ""
 }
 
 // setURI records a URI learned by a lookup; it changes no version.
@@ -179,7 +201,7 @@ func (g *Group) setURI(rank uint32, tag uint16, uri string) bool {
 
 // Add adds rank with the URI of its tag 0 and bumps the version.
 func (g *Group) Add(rank uint32, uri string) error {
-	return g.Modify(ModAdd, []Member{{rank, uri}}, g.Version()+1)
+	return g.Modify(ModAdd, []Member{{Rank: rank, URI: uri}}, g.Version()+1)
 }
 
 // Remove removes ranks and bumps the version. Requests queued or in flight
@@ -199,44 +221,71 @@ func (g *Group) Remove(ranks ...uint32) error {
 // updates those listed. This instance's own rank cannot be removed or
 // re-addressed. Requests to removed ranks complete with ErrExcluded; the
 // contexts forget the connections of removed and re-addressed ranks.
+//
+// Every rank should see the same sequence of versions: Modify changes
+// only this instance's view; Propose changes it here and sends it to
+// every rank. A stale or repeated version fails with ErrGroupVersion.
+// Each member added emits EventJoined and each removed EventLeft to the
+// Watch callbacks.
 func (g *Group) Modify(op ModOp, ms []Member, version uint32) error {
-	removed, changed, err := g.modify(op, ms, version)
+	added, removed, changed, err := g.modify(op, ms, version)
 	if err != nil {
 		return err
 	}
 	if g.inst != nil && (len(removed) > 0 || len(changed) > 0) {
 		g.inst.groupChanged(removed, changed)
 	}
+	g.changed(added, removed, version)
 	return nil
 }
 
-func (g *Group) modify(op ModOp, ms []Member, version uint32) (removed, changed []uint32, err error) {
+// changed tells the SWIM service and the watchers of a new version's
+// members added and removed.
+func (g *Group) changed(added, removed []uint32, version uint32) {
+	g.mu.RLock()
+	hook := g.onChange
+	g.mu.RUnlock()
+	if hook != nil && (len(added) > 0 || len(removed) > 0) {
+		hook(added, removed)
+	}
+	var evs []MemberEvent
+	for _, r := range added {
+		evs = append(evs, MemberEvent{Kind: EventJoined, Rank: r, Version: version})
+	}
+	for _, r := range removed {
+		evs = append(evs, MemberEvent{Kind: EventLeft, Rank: r, Version: version})
+	}
+	g.watch.emit(evs...)
+}
+
+func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, changed []uint32, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if version <= g.version {
-		return nil, nil, fmt.Errorf("%w: group version %d is not above %d", ErrInvalid, version, g.version)
+		return nil, nil, nil, fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, g.version)
 	}
 	for _, m := range ms {
 		if m.Rank == RankNone {
-			return nil, nil, fmt.Errorf("%w: rank %d", ErrInvalid, m.Rank)
+			return nil, nil, nil, fmt.Errorf("%w: rank %d", ErrInvalid, m.Rank)
 		}
 		if m.Rank == g.self && g.self != RankNone && op != ModReplace {
-			return nil, nil, fmt.Errorf("%w: cannot %v this instance's own rank %d", ErrInvalid, op, m.Rank)
+			return nil, nil, nil, fmt.Errorf("%w: cannot %v this instance's own rank %d", ErrInvalid, op, m.Rank)
 		}
 		if op != ModRemove && m.URI == "" {
-			return nil, nil, fmt.Errorf("%w: rank %d has no URI", ErrInvalid, m.Rank)
+			return nil, nil, nil, fmt.Errorf("%w: rank %d has no URI", ErrInvalid, m.Rank)
 		}
 	}
 	switch op {
 	case ModAdd:
 		for _, m := range ms {
 			if _, ok := g.members[m.Rank]; ok {
-				return nil, nil, fmt.Errorf("%w: rank %d", ErrExists, m.Rank)
+				return nil, nil, nil, fmt.Errorf("%w: rank %d", ErrExists, m.Rank)
 			}
 		}
 		for _, m := range ms {
 			g.members[m.Rank] = &member{uris: []string{m.URI}}
 			delete(g.removed, m.Rank)
+			added = append(added, m.Rank)
 		}
 	case ModRemove:
 		for _, m := range ms {
@@ -271,12 +320,15 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (removed, changed 
 			}
 			g.members[r] = &member{uris: []string{u}}
 			delete(g.removed, r)
+			added = append(added, r)
 		}
 	default:
-		return nil, nil, fmt.Errorf("%w: group op %d", ErrInvalid, op)
+		return nil, nil, nil, fmt.Errorf("%w: group op %d", ErrInvalid, op)
 	}
+	slices.Sort(added)
+	slices.Sort(removed)
 	g.version = version
-	return removed, changed, nil
+	return added, removed, changed, nil
 }
 
 // Members returns the members with the URIs of their tag 0, by rank.
@@ -420,7 +472,7 @@ func (g *Group) ReadAttach(r io.Reader) error {
 		return fmt.Errorf("%w: attach file is for group %q, not %q", ErrInvalid, name, g.name)
 	}
 	g.mu.Lock()
-	var changed []uint32
+	var changed, added []uint32
 	dirty := false
 	for _, m := range ms {
 		if m.Rank == g.self && g.self != RankNone {
@@ -431,6 +483,7 @@ func (g *Group) ReadAttach(r io.Reader) error {
 		case !ok:
 			g.members[m.Rank] = &member{uris: []string{m.URI}}
 			delete(g.removed, m.Rank)
+			added = append(added, m.Rank)
 			dirty = true
 		case old.uri(0) != m.URI:
 			g.members[m.Rank] = &member{uris: []string{m.URI}}
@@ -441,9 +494,12 @@ func (g *Group) ReadAttach(r io.Reader) error {
 	if dirty {
 		g.version++
 	}
+	v := g.version
 	g.mu.Unlock()
 	if g.inst != nil && len(changed) > 0 {
 		g.inst.groupChanged(nil, changed)
 	}
+	slices.Sort(added)
+	g.changed(added, nil, v)
 	return nil
 }

@@ -204,7 +204,7 @@ func TestGroupModify(t *testing.T) {
 	if err := g.Modify(rpc.ModAdd, []rpc.Member{{0, "tcp://a"}, {1, "tcp://b"}}, 5); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Modify(rpc.ModAdd, []rpc.Member{{4, "tcp://c"}}, 5); !errors.Is(err, rpc.ErrInvalid) {
+	if err := g.Modify(rpc.ModAdd, []rpc.Member{{4, "tcp://c"}}, 5); !errors.Is(err, rpc.ErrGroupVersion) {
 		t.Fatalf("stale version: %v", err)
 	}
 	if err := g.Modify(rpc.ModAdd, []rpc.Member{{0, "tcp://a"}}, 6); !errors.Is(err, rpc.ErrExists) {

@@ -39,6 +39,10 @@ type Instance struct {
 
 	malformed atomic.Uint64 // RPC messages whose header did not decode
 
+	swimMu         sync.Mutex
+	swim           *SWIM // the failure detector, once started
+	swimRegistered bool
+
 	disp *dispatcher
 	// The messenger of the transfers' own connections
 	// (BulkOptions.SeparateConn), started by the first transfer.
@@ -234,9 +238,13 @@ func (in *Instance) Close() error {
 	if already {
 		return nil
 	}
+	if s := in.swimSvc(); s != nil {
+		s.Close()
+	}
 	for _, c := range in.contexts() {
 		c.Close()
 	}
+	in.group.watch.close()
 	if in.ownM {
 		in.m.Shutdown()
 	}
@@ -485,6 +493,10 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 	default:
 		if def = in.reg.lookup(op); def == nil || def.handler == nil {
 			code, text = CodeUnregistered, "not registered at the target"
+		} else if def.flags&CheckGroupVersion != 0 {
+			if v := in.group.Version(); h.GroupVersion != v {
+				code, text = CodeGroupVersion, fmt.Sprintf("origin's group version %d, target's %d", h.GroupVersion, v)
+			}
 		}
 	}
 	r := getIncoming()

@@ -19,6 +19,7 @@ func (in *Instance) registerInternal() error {
 		{Name: "ping", Handler: func(r *Incoming) error { return r.Reply(nil) }, Flags: Inline},
 		{Name: "proto-query", Handler: in.handleProtoQuery, Flags: Inline},
 		{Name: "uri-lookup", Handler: in.handleURILookup, Flags: Inline | QueueFront},
+		{Name: "group-update", Handler: in.handleGroupUpdate, Flags: Inline | QueueFront},
 	}}, true); err != nil {
 		return err
 	}

@@ -52,6 +52,10 @@ var (
 	// OpURILookup asks a target for the URI of a rank's context (CaRT's
 	// CRT_OPC_URI_LOOKUP).
 	OpURILookup = MakeOpcode(BaseInternal, 0, 2)
+	// OpGroupUpdate carries a new membership and its version from the
+	// group's authority to a rank (Group.Propose); the rank applies it if
+	// the version is newer than its own.
+	OpGroupUpdate = MakeOpcode(BaseInternal, 0, 3)
 	// OpSelfTest is the self-test RPC: its input is a reply size and a
 	// payload, its output that many bytes.
 	OpSelfTest = MakeOpcode(BaseSelfTest, 0, 0)
@@ -80,6 +84,13 @@ const (
 	// progress. It must not block: while it runs, that connection reads
 	// nothing. (ferry's own flag.)
 	Inline
+	// CheckGroupVersion: the target refuses the request with
+	// CodeGroupVersion (ErrGroupVersion) unless the origin's group
+	// version, carried in every request's header, equals its own, as
+	// CaRT checks collectives (DER_GRPVER); the handler does not run.
+	// The target's registration decides. (Collectives check versions
+	// themselves; Incoming.GroupVersion gives the origin's.)
+	CheckGroupVersion
 )
 
 // Handler serves one RPC at the target. It reads the input with

@@ -87,13 +87,14 @@ type request struct {
 	// recycles the request.
 	refs atomic.Int32
 
-	mode   uint8
-	flags  Flags
-	oneWay bool
-	req    Request
-	cb     Callback
-	icb    func(r *request, err error) // modeInline
-	done   chan struct{}               // modeCall; capacity 1
+	mode      uint8
+	toRemoved bool // may reach a rank removed from the group (Context.call)
+	flags     Flags
+	oneWay    bool
+	req       Request
+	cb        Callback
+	icb       func(r *request, err error) // modeInline
+	done      chan struct{}               // modeCall; capacity 1
 
 	m       *msg.Message       // the request message, reused
 	buf     []byte             // the message's front, kept for its capacity
@@ -157,6 +158,7 @@ func (r *request) unref() {
 	r.failErr, r.reply, r.replyBody = nil, nil, nil
 	r.conn.Store(nil)
 	r.rc = 0
+	r.toRemoved = false
 	requestPool.Put(r)
 }
 

@@ -305,7 +305,7 @@ func (c *Context) laneConn(d *BulkDesc) (*msgr.Conn, error) {
 
 // endpointConn is connFor without URI lookups: the URI must be known.
 func (c *Context) endpointConn(ep Endpoint) (*msgr.Conn, error) {
-	conn, err := c.connFor(ep, 0)
+	conn, err := c.connFor(ep, 0, false)
 	if errors.Is(err, errLookupPending) {
 		return nil, &Error{Code: CodeUnreachable, Endpoint: ep, Msg: "the endpoint's URI is not known"}
 	}
