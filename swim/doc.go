@@ -122,6 +122,22 @@
 // defaults; no per-tick work grows with the group beyond skipping dead
 // members in the probe order.
 //
+// # Driving it
+//
+// Call Tick at Next (and whenever convenient: an early Tick is harmless),
+// Receive for each message, then drain Outbox and Events; the slices they
+// return stay valid until their next call. Time must not go backwards (an
+// earlier now is taken as the last one). A Machine is not safe for
+// concurrent use: one goroutine, or one lock, per machine.
+//
+// Over request/reply RPCs (as CaRT carries SWIM): Ping and PingReq are
+// requests; an Ack or Nack to member X with Seq s answers X's request with
+// Seq s. A Ping is answered in the same Receive; a PingReq later, when the
+// helper hears from the target or gives up (one answer per PingReq). A
+// transport that fails to send a message tells the machine with
+// SendFailed. Acks and nacks may as well travel as one-way messages: the
+// machine matches them by Seq and Target, not by connection.
+//
 // # Wire format
 //
 // Message.Append and DecodeMessage give a little-endian layout of a 12-byte

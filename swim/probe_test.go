@@ -355,6 +355,15 @@ func TestRemove(t *testing.T) {
 			t.Fatal("queued update of a removed member")
 		}
 	}
+	// A ping-req served about a member that is then removed is nacked.
+	r.recv(ms, 1, Message{Kind: KindPingReq, Seq: 21, Target: 3})
+	r.one(KindPing)
+	r.m.Remove(3)
+	r.collect()
+	if n := r.one(KindNack); n.To != 1 || n.Msg.Seq != 21 || len(r.m.helpers) != 0 {
+		t.Fatalf("after removing the target: %s", fmtOut(r.out))
+	}
+	r.m.Add(3, 0)
 	got := r.m.Members(nil)
 	if !slices.Equal(got, []Member{{ID: 0}, {ID: 1}, {ID: 3}}) {
 		t.Fatalf("members %v", got)

@@ -205,7 +205,8 @@ func (m *Machine) Grow(n int) {
 }
 
 // Remove forgets id (from the group layer): its entry, suspicion, queued
-// updates and any probe about it. Removing self does nothing.
+// updates and any probe about it; ping-reqs this member serves about it
+// are nacked. Removing self does nothing.
 func (m *Machine) Remove(id ID) {
 	i := m.find(id)
 	if i < 0 {
@@ -218,7 +219,13 @@ func (m *Machine) Remove(id ID) {
 	if m.probe.active && m.probe.target == id {
 		m.probe.active = false
 	}
-	m.helpers = slices.DeleteFunc(m.helpers, func(h helping) bool { return h.target == id })
+	m.helpers = slices.DeleteFunc(m.helpers, func(h helping) bool {
+		if h.target == id {
+			m.send(h.requester, KindNack, h.reqSeq, h.target) // every PingReq is answered
+			return true
+		}
+		return false
+	})
 	m.recompute()
 }
 
