@@ -114,8 +114,9 @@
 //
 // # Memory and cost
 //
-// A machine holds 13 bytes per member (ID, incarnation, state in three
-// parallel slices, no map), plus its suspicions, its dissemination queue
+// A machine holds 9 bytes per member (incarnation and state in parallel
+// slices, no map; 13 with the IDs written out when the members are not
+// the ranks 0…n, as a group built rank by rank is), plus its suspicions, its dissemination queue
 // (at most QueueLimit entries of 24 bytes) and the ping-reqs it serves (at
 // most HelperLimit). Per period it sends about two messages (its ping and
 // its answer to one) of at most 12+17·(3+MaxPiggyback) = 199 bytes with the

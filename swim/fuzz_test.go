@@ -24,9 +24,9 @@ func checkBounded(t *testing.T, m *Machine) {
 			t.Fatalf("suspicion %+v of a member that is %v", s, m.tab.member(i))
 		}
 	}
-	for i := range m.tab.ids {
-		if m.tab.state[i] == Suspect && m.findSuspicion(m.tab.ids[i]) == nil {
-			t.Fatalf("suspect %d without a suspicion", m.tab.ids[i])
+	for i := range m.tab.len() {
+		if m.tab.state[i] == Suspect && m.findSuspicion(m.tab.id(i)) == nil {
+			t.Fatalf("suspect %d without a suspicion", m.tab.id(i))
 		}
 	}
 	if m.score < 0 || m.score >= m.cfg.AwarenessMax {

@@ -183,7 +183,7 @@ func (m *Machine) nextTarget() (ID, bool) {
 			o.pos = 0
 		}
 		if m.tab.state[i] != Dead {
-			return m.tab.ids[i], true
+			return m.tab.id(i), true
 		}
 	}
 	return 0, false
@@ -211,7 +211,7 @@ func (m *Machine) pickHelpers(target ID, dst []ID) int {
 		return 0
 	}
 	ok := func(i int) bool {
-		id := m.tab.ids[i]
+		id := m.tab.id(i)
 		return m.tab.state[i] == Alive && id != target && !slices.Contains(dst[:n], id)
 	}
 	for range 4 * len(dst) {
@@ -219,7 +219,7 @@ func (m *Machine) pickHelpers(target ID, dst []ID) int {
 			return n
 		}
 		if i := m.rnd.IntN(nm); ok(i) {
-			dst[n] = m.tab.ids[i]
+			dst[n] = m.tab.id(i)
 			n++
 		}
 	}
@@ -230,7 +230,7 @@ func (m *Machine) pickHelpers(target ID, dst []ID) int {
 			break
 		}
 		if i := (start + j) % nm; ok(i) {
-			dst[n] = m.tab.ids[i]
+			dst[n] = m.tab.id(i)
 			n++
 		}
 	}

@@ -117,7 +117,7 @@ func New(self ID, cfg Config, rnd *rand.Rand) *Machine {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	return &Machine{cfg: cfg.withDefaults(), rnd: rnd, self: self, inc: cfg.Incarnation}
+	return &Machine{cfg: cfg.withDefaults(), rnd: rnd, self: self, inc: cfg.Incarnation, tab: table{self: self}}
 }
 
 // Config returns the machine's configuration with defaults applied.
@@ -148,8 +148,8 @@ func (m *Machine) State(id ID) (Member, bool) {
 // Members appends every member, self included, in ID order, to dst.
 func (m *Machine) Members(dst []Member) []Member {
 	selfDone := false
-	for i, id := range m.tab.ids {
-		if !selfDone && m.self < id {
+	for i := range m.tab.len() {
+		if !selfDone && m.self < m.tab.id(i) {
 			dst = append(dst, m.Self())
 			selfDone = true
 		}
@@ -199,9 +199,7 @@ func (m *Machine) Add(id ID, inc uint64) {
 // Grow reserves room for n more members, so that adding a large group
 // member by member does not reallocate the table.
 func (m *Machine) Grow(n int) {
-	m.tab.ids = slices.Grow(m.tab.ids, n)
-	m.tab.incs = slices.Grow(m.tab.incs, n)
-	m.tab.state = slices.Grow(m.tab.state, n)
+	m.tab.grow(n)
 }
 
 // Remove forgets id (from the group layer): its entry, suspicion, queued
