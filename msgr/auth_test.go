@@ -3,6 +3,7 @@ package msgr_test
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ferrymsg/ferry/auth"
+	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/msgr/internal/authtest"
@@ -325,4 +327,88 @@ func TestSecureTamperedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	recv(t, col2.ch)
+}
+
+// Two ferry messengers with the real cephx: a client logs in to a
+// mon-like messenger (its key server), then presents the OSD ticket it got
+// to an OSD-like messenger (a verifier with the static service key), in
+// crc and secure mode.
+func TestCephxMessengers(t *testing.T) {
+	ring, err := cephx.ParseKeyring([]byte("[client.admin]\n\tkey = AQAK7yxNeF+nHBAA0SgSdbs8IkJrxroDeJ6SwQ==\n\tcaps mon = \"allow *\"\n\tcaps osd = \"allow rw\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, _ := ring.Lookup(msg.AuthName{Type: msg.EntityClient, ID: "admin"})
+	osdKey, _ := cephx.GenerateKey(crand.Reader, time.Now())
+	ks, err := cephx.NewKeyServer(cephx.KeyServerConfig{Keyring: ring, StaticServiceKeys: map[msg.EntityType]cephx.Key{msg.EntityOSD: osdKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ver, err := cephx.NewVerifier(cephx.VerifierConfig{Service: msg.EntityOSD, StaticKey: osdKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []uint32{auth.ConModeCRC, auth.ConModeSecure} {
+		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
+			modes := msgr.ModeConfig{Client: []uint32{mode}, MonClient: []uint32{mode}}
+			mon := echoServerNamed(t, msg.EntityName{Type: msg.EntityMon}, msgr.Config{Auth: msgr.AuthConfig{
+				ServerFor: func(msg.EntityAddr) (auth.Server, error) { return ks.Handler(), nil },
+			}})
+			osd := echoServerNamed(t, msg.EntityName{Type: msg.EntityOSD, Num: 3}, msgr.Config{Auth: msgr.AuthConfig{
+				ServerFor: func(msg.EntityAddr) (auth.Server, error) { return ver.Handler(), nil },
+			}})
+			cl, err := cephx.NewClient(cephx.ClientConfig{Name: entry.Name, Key: entry.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, col := newClient(t, transport.Default, msgr.Config{Auth: msgr.AuthConfig{
+				Name:      entry.Name,
+				Methods:   []uint32{auth.MethodCephx},
+				Modes:     modes,
+				ClientFor: func(*msgr.Conn) (auth.Client, error) { return cl.Handler(), nil },
+			}})
+			for _, srv := range []*msgr.Messenger{mon, osd} {
+				conn := mustConnect(t, c, srv.ListenAddrs()[0])
+				m := msg.New(testType)
+				m.Data = msg.Buffers{bytes.Repeat([]byte("x"), 1<<20)}
+				if err := conn.Send(m); err != nil {
+					t.Fatal(err)
+				}
+				r := recv(t, col.ch)
+				if r.Data.Len() != 1<<20 {
+					t.Fatalf("echo of %d bytes", r.Data.Len())
+				}
+				a := conn.Auth()
+				if a.Mode != mode || a.Method != auth.MethodCephx || a.GlobalID != cl.GlobalID() || a.GlobalID == 0 {
+					t.Fatalf("%v: auth %+v (global id %d)", srv.Name(), a, cl.GlobalID())
+				}
+			}
+		})
+	}
+}
+
+func echoServerNamed(t *testing.T, name msg.EntityName, cfg msgr.Config) *msgr.Messenger {
+	t.Helper()
+	cfg.Transports = transport.Default
+	cfg.Logger = quietLogger()
+	cfg.Name = name
+	s, err := msgr.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetDefaultPolicy(msgr.StatelessServer())
+	s.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		r := msg.New(m.Header.Type)
+		r.Data = m.Data
+		_ = m.Conn.Send(r)
+		return true
+	}))
+	if err := s.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
 }
