@@ -40,11 +40,11 @@ type ClientConfig struct {
 // Ticket is a ticket a client holds for one service: the session key,
 // the opaque ticket to present, and its timing (CephXTicketHandler).
 type Ticket struct {
-	Service    msg.EntityType
-	SessionKey Key
-	Blob       TicketBlob
-	Expires    time.Time // now + validity when received
-	RenewAfter time.Time // Expires - validity/4
+	Service    msg.EntityType // the service (msg.EntityAuth for the AUTH ticket)
+	SessionKey Key            // the session key shared with the service
+	Blob       TicketBlob     // the sealed ticket presented to the service
+	Expires    time.Time      // now + validity when received
+	RenewAfter time.Time      // Expires - validity/4
 }
 
 // Valid reports whether the ticket can be used at now (have_key).
@@ -369,7 +369,17 @@ func (c *Client) reclaimLocked(now time.Time) *Ticket {
 
 // Handler returns the auth.Client for one connection attempt: mon-mode
 // authentication for a mon, an authorizer for any other service.
+//
+// A mon login reclaims the global id when the client holds an unexpired
+// AUTH ticket. If such a login is refused (a mon that no longer knows
+// the ticket's secret, such as a restarted in-memory KeyServer, answers
+// -EACCES), the caller should Reset the client and log in afresh;
+// Reclaiming tells whether a handler's login was a reclaim.
 func (c *Client) Handler() *ClientHandler { return &ClientHandler{c: c} }
+
+// Reclaiming reports whether this handler's mon login presents the old
+// AUTH ticket to reclaim the global id (valid after Request).
+func (h *ClientHandler) Reclaiming() bool { return h.old != nil }
 
 // ClientHandler is one connection attempt's cephx client (an
 // auth.Client). It is used by one connection at a time.

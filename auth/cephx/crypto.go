@@ -294,10 +294,10 @@ func AuthSignature(sessionKey []byte, transcript ...[]byte) [32]byte {
 // with CEPHX_V2): the header and footer CRCs, the segment lengths and the
 // low 32 bits of the header's sequence number.
 type SigBlock struct {
-	HeaderCRC, FrontCRC, FrontLen uint32
-	MiddleCRC, MiddleLen          uint32
-	DataCRC, DataLen              uint32
-	Seq                           uint64
+	HeaderCRC, FrontCRC, FrontLen uint32 // header crc, front crc and length
+	MiddleCRC, MiddleLen          uint32 // middle crc and length
+	DataCRC, DataLen              uint32 // data crc and length
+	Seq                           uint64 // the header's seq (its low 32 bits are signed)
 }
 
 // MessageSignature returns the msgr1 signature of a message with the

@@ -55,6 +55,13 @@
 // caps in the auth.Result. In secure mode the reply carries a 64-byte
 // connection secret.
 //
+// A server that is both (a ferry-only cluster) gives each connection a
+// CombinedServer, which routes mon-mode logins to the KeyServer and
+// authorizers to a Verifier built on the same KeyServer
+// (VerifierConfig.KeyServer), whose secrets it then follows as they
+// rotate; or it seals a service's tickets with a static key
+// (KeyServerConfig.StaticServiceKeys, VerifierConfig.StaticKey).
+//
 // # Primitives
 //
 // Key.Encrypt/Decrypt are AES-128-CBC with Ceph's fixed IV and PKCS#7

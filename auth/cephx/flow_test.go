@@ -668,3 +668,59 @@ func TestMAuthLogin(t *testing.T) {
 		t.Fatalf("unknown protocol: %v", err)
 	}
 }
+
+func TestCombinedServer(t *testing.T) {
+	cl := newCluster(t, nil)
+	v, err := NewVerifier(VerifierConfig{Service: msg.EntityOSD, KeyServer: cl.ks, Rand: seeded(6), Now: cl.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewCombinedServer(cl.ks, v)
+	if _, _, err := exchange(cl.admin.Handler(), srv, msg.EntityClient, msg.EntityMon, auth.ConModeCRC); err != nil {
+		t.Fatalf("mon mode: %v", err)
+	}
+	if srv.MonSession() == nil || !srv.MonSession().Authenticated() {
+		t.Fatal("no mon session")
+	}
+	// The verifier follows the key server's rotation without being told.
+	cl.clk.advance(2*time.Hour + time.Second)
+	p, _ := cl.admin.ServiceTicketRequest(ServiceMask(msg.EntityOSD))
+	if _, err := mauth(t, cl.admin, srv.MonSession(), p); err != nil {
+		t.Fatal(err)
+	}
+	if tk, _ := cl.admin.Ticket(msg.EntityOSD); tk.Blob.SecretID != 3 {
+		t.Fatalf("secret id %d", tk.Blob.SecretID)
+	}
+	_, sr, err := exchange(cl.admin.Handler(), NewCombinedServer(cl.ks, v), msg.EntityClient, msg.EntityOSD, auth.ConModeSecure)
+	if err != nil || sr.Name != name(t, "client.admin") {
+		t.Fatalf("authorizer mode: %v", err)
+	}
+	if _, _, err := exchange(cl.admin.Handler(), NewCombinedServer(cl.ks, nil), msg.EntityClient, msg.EntityOSD, auth.ConModeCRC); Status(err) != StatusEOPNOTSUPP {
+		t.Fatalf("authorizer without a verifier: %v", err)
+	}
+	if _, err := NewCombinedServer(cl.ks, v).Handle(auth.MethodCephx, msg.EntityClient, auth.ConModeCRC, true, nil); !errors.Is(err, auth.ErrMalformed) {
+		t.Fatalf("empty request: %v", err)
+	}
+}
+
+// A key server that lost its secrets (restarted) refuses a reclaim; the
+// client resets and logs in afresh.
+func TestReclaimAfterServerRestart(t *testing.T) {
+	cl := newCluster(t, nil)
+	cl.login(t, cl.admin, auth.ConModeCRC)
+	restarted, err := NewKeyServer(KeyServerConfig{Keyring: cl.ring, Rand: seeded(99), Now: cl.clk.now, FirstGlobalID: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cl.admin.Handler()
+	_, _, err = exchange(h, restarted.Handler(), msg.EntityClient, msg.EntityMon, auth.ConModeCRC)
+	if !errors.Is(err, auth.ErrBadTicket) || !h.Reclaiming() || Status(err) != StatusEACCES {
+		t.Fatalf("reclaim at a restarted server: %v (reclaiming %v)", err, h.Reclaiming())
+	}
+	cl.admin.Reset()
+	h = cl.admin.Handler()
+	r, _, err := exchange(h, restarted.Handler(), msg.EntityClient, msg.EntityMon, auth.ConModeCRC)
+	if err != nil || h.Reclaiming() || r.GlobalID != 9000 {
+		t.Fatalf("fresh login: %v %+v", err, r)
+	}
+}

@@ -16,13 +16,13 @@ const maxKeyringSize = 16 << 20
 // Keyring is a Ceph keyring: entities with their keys and capabilities,
 // in file order. A Keyring is not safe for concurrent modification.
 type Keyring struct {
-	Entries []KeyringEntry
+	Entries []KeyringEntry // the sections, in file order
 }
 
 // KeyringEntry is one section of a keyring.
 type KeyringEntry struct {
-	Name msg.AuthName
-	Key  Key
+	Name msg.AuthName // the section's entity ("client.admin")
+	Key  Key          // its key (`key = ...`)
 	// Caps maps a service name ("mon", "osd", "mgr", "mds") to the
 	// capability string for it ("allow *").
 	Caps map[string]string

@@ -560,10 +560,10 @@ func (s *MonSession) verifyOldTicketLocked(old TicketBlob, legacy bool, now time
 // MAuthAnswer is what a MonSession answers an MAuth with: the fields of
 // the MAuthReply to send.
 type MAuthAnswer struct {
-	Protocol uint32
-	Result   int32 // 0 or a negative errno
-	GlobalID uint64
-	ResultBL []byte
+	Protocol uint32 // the method answering (2 = cephx)
+	Result   int32  // 0 or a negative errno
+	GlobalID uint64 // the session's global id
+	ResultBL []byte // the cephx reply
 	// Login is set when the request completed a login or renewed the
 	// AUTH ticket: the session's new keys and caps.
 	Login *auth.Result

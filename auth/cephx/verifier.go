@@ -25,6 +25,11 @@ type VerifierConfig struct {
 	// Rotating is the initial set of rotating secrets (nil for none yet;
 	// SetRotating installs fresh ones, e.g. from Client.Rotating).
 	Rotating *RotatingSecrets
+	// KeyServer, if set, is the key server of the same process (a
+	// ferry-only cluster whose server is both mon and service): the
+	// verifier opens tickets with its secrets for Service (rotating, or
+	// static) directly, and Rotating and SetRotating are not needed.
+	KeyServer *KeyServer
 	// Rand is the source of challenges and connection secrets; nil means
 	// crypto/rand.
 	Rand io.Reader
@@ -42,6 +47,7 @@ type VerifierConfig struct {
 type Verifier struct {
 	service msg.EntityType
 	static  Key
+	ks      *KeyServer
 	rand    io.Reader
 	now     func() time.Time
 
@@ -51,7 +57,7 @@ type Verifier struct {
 
 // NewVerifier returns a Verifier for cfg.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
-	v := &Verifier{service: cfg.Service, static: cfg.StaticKey, rand: cfg.Rand, now: cfg.Now}
+	v := &Verifier{service: cfg.Service, static: cfg.StaticKey, ks: cfg.KeyServer, rand: cfg.Rand, now: cfg.Now}
 	if !v.static.IsZero() {
 		if _, err := v.static.block(); err != nil {
 			return nil, fmt.Errorf("cephx: verifier static key: %w", err)
@@ -84,6 +90,11 @@ func (v *Verifier) SetRotating(r *RotatingSecrets) {
 func (v *Verifier) secret(id uint64) (Key, error) {
 	if id == StaticSecretID && !v.static.IsZero() {
 		return v.static, nil
+	}
+	if v.ks != nil {
+		v.ks.mu.Lock()
+		defer v.ks.mu.Unlock()
+		return v.ks.ticketSecretLocked(v.service, id, v.ks.now())
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -54,8 +54,8 @@ func ServiceMask(types ...msg.EntityType) uint32 {
 // TicketBlob is CephXTicketBlob: the id of the service secret a ticket is
 // sealed with, and the sealed ticket, opaque to its holder.
 type TicketBlob struct {
-	SecretID uint64
-	Blob     []byte
+	SecretID uint64 // the rotating secret's id, or StaticSecretID
+	Blob     []byte // the sealed CephXServiceTicketInfo ("enc_bl" form)
 }
 
 func appendTicketBlob(b []byte, t TicketBlob) []byte {
@@ -400,17 +400,17 @@ func decodeAuthorizeReply(p []byte) (authorizeReply, error) {
 // ExpiringKey is one rotating service secret (ExpiringCryptoKey with its
 // secret id).
 type ExpiringKey struct {
-	ID      uint64
-	Key     Key
-	Expires time.Time
+	ID      uint64    // the secret id tickets name
+	Key     Key       // the secret
+	Expires time.Time // when it stops being current
 }
 
 // RotatingSecrets is a service type's rotating secrets (Ceph's
 // RotatingSecrets): normally three, previous, current and next, in
 // ascending id order, with MaxVer the highest id ever issued.
 type RotatingSecrets struct {
-	Secrets []ExpiringKey
-	MaxVer  uint64
+	Secrets []ExpiringKey // ascending by ID
+	MaxVer  uint64        // the highest id issued
 }
 
 // rotateNum is KEY_ROTATE_NUM, how many secrets a service type keeps.
