@@ -160,7 +160,7 @@ type family struct {
 	mu       sync.Mutex
 	children map[string]*child // key: label values joined by \xff
 	order    []*child
-	fn       func() float64 // a gauge computed when read
+	fns      []func() float64 // computed when read, summed (a CounterFunc or GaugeFunc)
 }
 
 type child struct {
@@ -229,10 +229,22 @@ func (r *Registry) Gauge(d Desc) *Gauge { return &r.register(d, KindGauge).child
 
 // GaugeFunc registers a gauge without labels whose value fn computes
 // each time it is read (fn must be cheap and safe for concurrent use).
-func (r *Registry) GaugeFunc(d Desc, fn func() float64) {
-	f := r.register(d, KindGauge)
+// Registering the name again adds fn: the family's value is the sum of
+// its functions (two instances sharing a registry).
+func (r *Registry) GaugeFunc(d Desc, fn func() float64) { r.addFunc(d, KindGauge, fn) }
+
+// CounterFunc registers a counter without labels read from fn (a count
+// kept elsewhere, such as a Stats field), which must only go up. As with
+// GaugeFunc, functions registered under one name are summed.
+func (r *Registry) CounterFunc(d Desc, fn func() float64) { r.addFunc(d, KindCounter, fn) }
+
+func (r *Registry) addFunc(d Desc, k Kind, fn func() float64) {
+	if len(d.Labels) > 0 {
+		panic("metrics: " + d.FullName() + ": a function metric takes no labels")
+	}
+	f := r.register(d, k)
 	f.mu.Lock()
-	f.fn = fn
+	f.fns = append(f.fns, fn)
 	f.mu.Unlock()
 }
 
@@ -301,10 +313,14 @@ func (r *Registry) Snapshot() Snapshot {
 		out := Family{Desc: f.desc, Kind: f.kind}
 		f.mu.Lock()
 		children := slices.Clone(f.order)
-		fn := f.fn
+		fns := slices.Clone(f.fns)
 		f.mu.Unlock()
-		if fn != nil {
-			out.Samples = append(out.Samples, Sample{Value: fn()})
+		if len(fns) > 0 {
+			var v float64
+			for _, fn := range fns {
+				v += fn()
+			}
+			out.Samples = append(out.Samples, Sample{Value: v})
 		}
 		for _, c := range children {
 			sm := Sample{LabelValues: c.values}

@@ -190,6 +190,7 @@ func (c *Context) perform(out *track.Ready[*request]) {
 
 // complete hands a completed request to its consumer.
 func (c *Context) complete(r *request) {
+	r.met.done(r, int64(c.in.clock.Now().Sub(c.in.epoch)))
 	if r.ovf != nil {
 		r.ovf.Free()
 		r.ovf = nil

@@ -66,6 +66,8 @@ type Instance struct {
 	// getPlacing: *msgr.Conn → *BulkTransfer (a GET) whose data chunk
 	// that connection's reader is reading straight into its buffer.
 	getPlacing sync.Map
+
+	met *rpcMetrics // see metrics.go
 }
 
 // New creates an instance (crt_init_opt): it starts a messenger (or
@@ -125,6 +127,8 @@ func New(opts Options) (*Instance, error) {
 			in.rank = o.Rank
 		}
 	}
+	in.met = newRPCMetrics(in.m.Metrics(), in)
+	in.reg.met = in.met
 	in.group = newGroup(o.Group, in, in.rank, in.uri)
 	if err := in.registerInternal(); err != nil {
 		in.Close()

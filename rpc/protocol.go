@@ -131,6 +131,7 @@ type rpcDef struct {
 	name    string
 	handler Handler
 	flags   Flags
+	met     *opMetrics // the opcode's metrics; nil before the instance has any
 }
 
 // protoTable is an immutable snapshot of the registrations, replaced as a
@@ -143,6 +144,7 @@ type protoTable struct {
 type registry struct {
 	mu  sync.Mutex
 	cur atomic.Pointer[protoTable]
+	met *rpcMetrics // set before the first registration
 }
 
 func (r *registry) init() {
@@ -179,6 +181,9 @@ func (r *registry) register(p Protocol, internal bool) error {
 	defs := make([]rpcDef, len(p.RPCs))
 	for i, d := range p.RPCs {
 		defs[i] = rpcDef{op: MakeOpcode(p.Base, p.Version, uint16(i)), name: d.Name, handler: d.Handler, flags: d.Flags}
+		if r.met != nil {
+			defs[i].met = r.met.op(opcodeLabel(defs[i].op))
+		}
 	}
 	n := &protoTable{byBaseVer: make(map[uint16][]rpcDef, len(old.byBaseVer)+1)}
 	for k, v := range old.byBaseVer {

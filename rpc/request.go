@@ -113,6 +113,9 @@ type request struct {
 
 	ovf *Bulk // the input's overflow handle, freed at completion
 
+	met   *opMetrics // the opcode's metrics
+	start int64      // when it was prepared (monotonic ns since the instance's epoch)
+
 	// The pull of an overflowing output (guarded by the context's mu):
 	// outPulling from its reply on, outPull once started. The pull ends
 	// with the request (complete aborts it).
@@ -166,9 +169,14 @@ func (r *request) unref() {
 func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout time.Duration) error {
 	inst := c.in
 	var flags Flags
+	r.met = inst.met.other
 	if def := inst.reg.lookup(op); def != nil {
 		flags = def.flags
+		if def.met != nil {
+			r.met = def.met
+		}
 	}
+	r.start = int64(inst.clock.Now().Sub(inst.epoch))
 	r.flags = flags
 	r.oneWay = flags&OneWay != 0
 	h := wire.Header{
