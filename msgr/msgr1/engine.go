@@ -298,7 +298,7 @@ type Engine struct {
 	tagArg   Tag // stTagArg: whose argument is being read
 	hdr      Header
 	inSeq    uint64
-	signKey  []byte // cephx session key: messages are signed
+	signer   *signer // with a cephx session key: messages are signed
 }
 
 // NewEngine returns an engine for one connection. Call Start to produce
@@ -385,7 +385,7 @@ func (e *Engine) SetLimits(l Limits) { e.lim = l.WithDefaults() }
 // Signed reports whether messages are signed (a cephx session key was
 // established with the authorizer) and, once MSG_AUTH is negotiated,
 // their signatures checked.
-func (e *Engine) Signed() bool { return e.signKey != nil }
+func (e *Engine) Signed() bool { return e.signer != nil }
 
 // PendingHeader returns the header of the message whose body Need asks
 // for next (ok is false in any other state), so that a caller can take
@@ -663,8 +663,10 @@ func (e *Engine) clientOpen(authz []byte) error {
 }
 
 func (e *Engine) setSigning(res auth.Result) {
-	if res.Method == auth.MethodCephx && len(res.SessionKey) >= 16 {
-		e.signKey = res.SessionKey
+	if res.Method == auth.MethodCephx {
+		if sg, err := newSigner(res.SessionKey); err == nil {
+			e.signer = sg
+		}
 	}
 }
 
@@ -997,12 +999,8 @@ func (e *Engine) msgBody(p []byte) error {
 			return errorf(ErrDataCRC, TagMsg, "seq %d data crc %#x, computed %#x", h.Seq, f.DataCRC, got)
 		}
 	}
-	if e.signKey != nil && e.peer.Features&FeatureMsgAuth != 0 {
-		sig, err := Signature(e.signKey, sigBlock(h, &f), e.peer.Features&FeatureCephxV2 != 0)
-		if err != nil {
-			return wrapf(ErrBadSignature, err, TagMsg, "seq %d", h.Seq)
-		}
-		if sig != f.Sig {
+	if e.signer != nil && e.peer.Features&FeatureMsgAuth != 0 {
+		if sig := e.signer.sign(sigBlock(h, &f), e.peer.Features&FeatureCephxV2 != 0); sig != f.Sig {
 			return errorf(ErrBadSignature, TagMsg, "seq %d: signature %#x, computed %#x", h.Seq, f.Sig, sig)
 		}
 	}
@@ -1054,7 +1052,7 @@ func appendStamp(b []byte, s Stamp) []byte {
 
 // Frame returns the MessageFrame that encodes m on this connection: its
 // header with this engine's name as src, the negotiated features and,
-// with a cephx session, the signing key.
+// with a cephx session, the session's signer.
 func (e *Engine) Frame(m *msg.Message) MessageFrame {
 	return MessageFrame{
 		Header: Header{
@@ -1064,7 +1062,7 @@ func (e *Engine) Frame(m *msg.Message) MessageFrame {
 		},
 		Front: m.Front, Middle: m.Middle, Data: m.Data,
 		Features: e.peer.Features,
-		SignKey:  e.signKey,
+		signer:   e.signer,
 	}
 }
 

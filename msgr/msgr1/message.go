@@ -22,9 +22,10 @@ type MessageFrame struct {
 	// form and the signature's algorithm).
 	Features uint64
 	// SignKey, if set, is the cephx session key the footer is signed
-	// with.
+	// with (Engine.Frame sets the engine's signer instead).
 	SignKey []byte
 
+	signer *signer
 	footer Footer
 }
 
@@ -54,11 +55,13 @@ func (f *MessageFrame) AppendHead(b []byte) []byte {
 // signature.
 func (f *MessageFrame) AppendTail(b []byte) []byte {
 	f.footer.DataCRC = f.Data.CRC(0)
-	if f.SignKey != nil {
-		if sig, err := Signature(f.SignKey, sigBlock(&f.Header, &f.footer), f.Features&FeatureCephxV2 != 0); err == nil {
-			f.footer.Sig = sig
-			f.footer.Flags |= msg.FooterSigned
-		}
+	sg := f.signer
+	if sg == nil && f.SignKey != nil {
+		sg, _ = newSigner(f.SignKey)
+	}
+	if sg != nil {
+		f.footer.Sig = sg.sign(sigBlock(&f.Header, &f.footer), f.Features&FeatureCephxV2 != 0)
+		f.footer.Flags |= msg.FooterSigned
 	}
 	return AppendFooter(b, &f.footer, f.Features)
 }

@@ -14,6 +14,8 @@ const (
 	authEncMagic = 0xff009cad8826aa55
 )
 
+var aesIV = [16]byte([]byte(cephAESIV))
+
 // SigBlock is what a cephx message signature covers: the header's CRC,
 // the footer's payload CRCs, the payload lengths and the sequence number.
 type SigBlock struct {
@@ -46,38 +48,65 @@ func sigBlock(h *Header, f *Footer) SigBlock {
 // AUTH_ENC_MAGIC, le32 16, header crc, front crc, middle crc, data crc}
 // and its first 64-bit word.
 func Signature(key []byte, s SigBlock, cephxV2 bool) (uint64, error) {
-	if len(key) < 16 {
-		return 0, fmt.Errorf("msgr1: signature key of %d bytes, want at least 16", len(key))
-	}
-	blk, err := aes.NewCipher(key[:16])
+	sg, err := newSigner(key)
 	if err != nil {
 		return 0, err
 	}
+	return sg.sign(s, cephxV2), nil
+}
+
+// signer signs with one session key; its AES block is made once.
+type signer struct{ blk cipher.Block }
+
+func newSigner(key []byte) (*signer, error) {
+	if len(key) < 16 {
+		return nil, fmt.Errorf("msgr1: signature key of %d bytes, want at least 16", len(key))
+	}
+	blk, err := aes.NewCipher(key[:16])
+	if err != nil {
+		return nil, err
+	}
+	return &signer{blk: blk}, nil
+}
+
+// sign is Signature without allocating: the plaintext is at most 32
+// bytes, so with its padding it is three blocks (v2) or two (legacy), CBC
+// chained by hand.
+func (sg *signer) sign(s SigBlock, cephxV2 bool) uint64 {
 	le := binary.LittleEndian
-	var in []byte
+	var buf [48]byte
+	n := 0
 	if cephxV2 {
-		in = make([]byte, 0, 48)
-		for _, v := range []uint32{s.HeaderCRC, s.FrontCRC, s.FrontLen, s.MiddleCRC, s.MiddleLen, s.DataCRC, s.DataLen, uint32(s.Seq)} {
-			in = le.AppendUint32(in, v)
+		for i, v := range [8]uint32{s.HeaderCRC, s.FrontCRC, s.FrontLen, s.MiddleCRC, s.MiddleLen, s.DataCRC, s.DataLen, uint32(s.Seq)} {
+			le.PutUint32(buf[4*i:], v)
 		}
+		n = 32
 	} else {
-		in = make([]byte, 0, 32)
-		in = append(in, 1)
-		in = le.AppendUint64(in, authEncMagic)
-		in = le.AppendUint32(in, 16)
-		for _, v := range []uint32{s.HeaderCRC, s.FrontCRC, s.MiddleCRC, s.DataCRC} {
-			in = le.AppendUint32(in, v)
+		buf[0] = 1
+		le.PutUint64(buf[1:], authEncMagic)
+		le.PutUint32(buf[9:], 16)
+		for i, v := range [4]uint32{s.HeaderCRC, s.FrontCRC, s.MiddleCRC, s.DataCRC} {
+			le.PutUint32(buf[13+4*i:], v)
 		}
+		n = 29
 	}
 	// PKCS#7: always 1..16 bytes of padding.
-	pad := 16 - len(in)%16
-	for range pad {
-		in = append(in, byte(pad))
+	pad := 16 - n%16
+	for i := n; i < n+pad; i++ {
+		buf[i] = byte(pad)
 	}
-	out := make([]byte, len(in))
-	cipher.NewCBCEncrypter(blk, []byte(cephAESIV)).CryptBlocks(out, in)
+	n += pad
+	prev := aesIV[:]
+	for off := 0; off < n; off += 16 {
+		b := buf[off : off+16]
+		for i := range b {
+			b[i] ^= prev[i]
+		}
+		sg.blk.Encrypt(b, b)
+		prev = b
+	}
 	if !cephxV2 {
-		return le.Uint64(out), nil
+		return le.Uint64(buf[:])
 	}
-	return le.Uint64(out) ^ le.Uint64(out[8:]) ^ le.Uint64(out[16:]) ^ le.Uint64(out[24:]), nil
+	return le.Uint64(buf[:]) ^ le.Uint64(buf[8:]) ^ le.Uint64(buf[16:]) ^ le.Uint64(buf[24:])
 }
