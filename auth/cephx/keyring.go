@@ -205,11 +205,19 @@ func (k *Keyring) Add(e KeyringEntry) {
 }
 
 // Marshal returns the keyring text as ceph-authtool writes it
-// (KeyRing::encode_plaintext): each section, its key, and its caps in
+// (KeyRing::encode_plaintext): the sections in Ceph's order of entity
+// names (by type number, then id), each with its key and its caps in
 // service-name order, quoted.
 func (k *Keyring) Marshal() []byte {
 	var b bytes.Buffer
-	for _, e := range k.Entries {
+	entries := slices.Clone(k.Entries)
+	slices.SortStableFunc(entries, func(x, y KeyringEntry) int {
+		if x.Name.Type != y.Name.Type {
+			return int(x.Name.Type) - int(y.Name.Type)
+		}
+		return strings.Compare(x.Name.ID, y.Name.ID)
+	})
+	for _, e := range entries {
 		fmt.Fprintf(&b, "[%s]\n\tkey = %s\n", e.Name, e.Key)
 		svcs := make([]string, 0, len(e.Caps))
 		for s := range e.Caps {
