@@ -119,6 +119,11 @@ type Result struct {
 	// Setup is the wall time spent building the machines, Wall the wall
 	// time of the run itself (what SimPerWall divides by).
 	Setup, Wall time.Duration
+	// CPU is the process's CPU time (user and system, all threads: the
+	// garbage collector's too) during the run, 0 where unknown. On a
+	// shared machine SimPerCPU says what the core costs when Wall is
+	// stretched by other work.
+	CPU time.Duration
 	// PeakRSS is the process's peak resident set size in bytes after the
 	// run (VmHWM), 0 where unknown.
 	PeakRSS int64
@@ -143,6 +148,15 @@ func (r *Result) SimPerWall() float64 {
 		return 0
 	}
 	return r.Duration.Seconds() / r.Wall.Seconds()
+}
+
+// SimPerCPU is simulated seconds per second of the process's CPU time
+// during the run (0 where unknown).
+func (r *Result) SimPerCPU() float64 {
+	if r.CPU <= 0 {
+		return 0
+	}
+	return r.Duration.Seconds() / r.CPU.Seconds()
 }
 
 // Periods converts a duration to protocol periods.
@@ -246,9 +260,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Started != nil {
 		cfg.Started()
 	}
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	err = s.run(ctx)
 	s.res.Wall = time.Since(start)
+	s.res.CPU = cpuTime() - cpu
 	if err != nil {
 		return nil, err
 	}

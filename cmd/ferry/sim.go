@@ -125,6 +125,8 @@ type simReport struct {
 	SetupSeconds          float64 `json:"setup_seconds"`
 	WallSeconds           float64 `json:"wall_seconds"`
 	SimPerWall            float64 `json:"sim_per_wall"`
+	CPUSeconds            float64 `json:"cpu_seconds"`
+	SimPerCPU             float64 `json:"sim_per_cpu"`
 	PeakRSSMB             float64 `json:"peak_rss_mb"`
 	TraceHash             string  `json:"trace_hash"`
 
@@ -177,6 +179,8 @@ func newSimReport(r *sim.Result, cfg *sim.Config) *simReport {
 		SetupSeconds:          r.Setup.Seconds(),
 		WallSeconds:           r.Wall.Seconds(),
 		SimPerWall:            r.SimPerWall(),
+		CPUSeconds:            r.CPU.Seconds(),
+		SimPerCPU:             r.SimPerCPU(),
 		PeakRSSMB:             float64(r.PeakRSS) / (1 << 20),
 		TraceHash:             r.TraceHash,
 		Crashes:               []simCrash{},
@@ -236,6 +240,9 @@ func printSimText(e *env, r *sim.Result, cfg *sim.Config) {
 	}
 	fmt.Fprintf(w, "speed: %.3fs simulated in %.3fs wall: %.1f simulated seconds per wall second (setup %.3fs excluded), %d events\n",
 		r.Duration.Seconds(), r.Wall.Seconds(), r.SimPerWall(), r.Setup.Seconds(), r.Events)
+	if r.CPU > 0 {
+		fmt.Fprintf(w, "cpu: %.3fs during the run: %.1f simulated seconds per CPU second\n", r.CPU.Seconds(), r.SimPerCPU())
+	}
 	fmt.Fprintf(w, "peak RSS: %.1f MB (%.1f KB per rank)\n", float64(r.PeakRSS)/(1<<20), float64(r.PeakRSS)/1024/float64(r.Ranks))
 	fmt.Fprintf(w, "trace hash: %s (%d records)\n", r.TraceHash, r.TraceRecords)
 }
