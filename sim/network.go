@@ -98,6 +98,14 @@ func (n *net) cut(a, b uint32) bool {
 	return n.active != 0 && (n.side[a]^n.side[b])&n.active != 0
 }
 
+// delay draws a message's delay (for messages the random loss spares).
+func (n *net) delay() int64 {
+	if n.max > n.min {
+		return n.min + n.rnd.Int64N(n.max-n.min+1)
+	}
+	return n.min
+}
+
 // send decides a message's fate: its delay, or a reason it is dropped.
 // The random source is drawn the same number of times whatever the
 // outcome, so one message's fate does not shift the draws of the next.

@@ -3,14 +3,16 @@ package sim
 // Event kinds. The order of the constants is part of the trace encoding:
 // append only.
 const (
-	evTick    uint8 = iota + 1 // a rank's timer fires
-	evDeliver                  // a message reaches its destination
-	evCrash                    // a rank stops for good
-	evPause                    // a rank is stopped (SIGSTOP)
-	evResume                   // a paused rank continues (SIGCONT)
-	evHeal                     // a partition ends
-	evSplit                    // a partition begins
-	evColl                     // a collective starts at its root
+	evTick        uint8 = iota + 1 // a rank's timer fires
+	evDeliver                      // a message reaches its destination
+	evCrash                        // a rank stops for good
+	evPause                        // a rank is stopped (SIGSTOP)
+	evResume                       // a paused rank continues (SIGCONT)
+	evHeal                         // a partition ends
+	evSplit                        // a partition begins
+	evColl                         // a collective starts at its root
+	evCollDeliver                  // a collective message reaches its destination
+	evCollTick                     // a rank's deadline in a collective
 )
 
 // event is one entry of the scheduler's queue. at is simulated time in
@@ -21,7 +23,7 @@ type event struct {
 	seq  uint64
 	kind uint8
 	rank uint32 // the rank the event happens at
-	arg  int32  // evDeliver: the message slot; evSplit/evHeal: the partition
+	arg  int32  // the message slot, partition or collective
 }
 
 // before reports whether a runs before b.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferrymsg/ferry/coll"
 	"github.com/ferrymsg/ferry/swim"
 )
 
@@ -52,6 +53,8 @@ type Config struct {
 	Network Network
 	// Faults is the schedule of crashes and pauses.
 	Faults Faults
+	// Collectives are broadcasts run over the group (none by default).
+	Collectives Collectives
 	// Codec is how messages travel; CodecBytes by default.
 	Codec Codec
 	// Trace, if set, receives a copy of the canonical trace (the bytes
@@ -98,6 +101,7 @@ type Result struct {
 
 	Crashes []CrashResult
 	Pauses  []PauseResult
+	Colls   []CollResult
 
 	// DetectedByAll counts the crashes known dead to every live rank by
 	// the end of the run.
@@ -110,6 +114,10 @@ type Result struct {
 	// Sent counts messages the machines sent; Delivered and Dropped
 	// their fates (messages still in flight at the end are in neither).
 	Sent, Delivered, Dropped uint64
+	// CollMsgs counts the collectives' messages (forwards, reports and
+	// refusals), CollErrors the inputs a collective machine refused
+	// (always 0 when all is well).
+	CollMsgs, CollErrors uint64
 	// DecodeErrors counts messages the simulator encoded that swim's
 	// codec did not decode (a codec bug; always 0 when all is well).
 	DecodeErrors uint64
@@ -194,6 +202,7 @@ func (r *Result) FirstDetectPeriodsMax() float64 {
 const (
 	streamNet    = 1<<40 + 1
 	streamFaults = 1<<40 + 2
+	streamColl   = 1<<40 + 3
 )
 
 // Node states.
@@ -209,7 +218,7 @@ type node struct {
 	timer int64 // time of the tick scheduled, or -1
 	state uint8
 	until int64   // paused: the time the last pause ends
-	held  []int32 // paused: slots of the messages waiting
+	held  []int32 // paused: slots of the messages waiting (-i-1: collective message i)
 }
 
 // slot is a message in flight.
@@ -245,6 +254,14 @@ type sim struct {
 	pDead   []map[uint32]bool // per pause: ranks that declared it dead
 	fpRank  map[uint32]bool
 	res     Result
+
+	collRnd     *rand.Rand
+	collTopo    coll.Topology
+	collTimeout int64
+	colls       []*collRun // per collective; nil before it starts
+	cmsgs       []collMsg
+	cfree       []int32
+	members     []swim.Member // reused
 }
 
 // Run simulates cfg and returns what happened. It fails for a
@@ -341,6 +358,10 @@ func newSim(cfg *Config) (*sim, error) {
 		s.q.push(event{at: int64(p.At), kind: evPause, rank: uint32(p.Rank), arg: int32(i)})
 		s.q.push(event{at: int64(p.At + p.For), kind: evResume, rank: uint32(p.Rank)})
 	}
+	s.collRnd = rand.New(rand.NewPCG(cfg.Seed, streamColl))
+	if err := s.collSetup(&cfg.Collectives); err != nil {
+		return nil, err
+	}
 	for i, p := range cfg.Network.Partitions {
 		s.q.push(event{at: int64(p.Start), kind: evSplit, arg: int32(i)})
 		s.q.push(event{at: int64(p.End), kind: evHeal, arg: int32(i)})
@@ -390,10 +411,16 @@ func (s *sim) run(ctx context.Context) error {
 			n.state = crashed
 			s.crashT[e.rank] = s.now
 			s.tr.fault(recCrash, s.now, e.rank)
-			for _, h := range n.held {
-				s.dropSlot(h, dropCrashed)
-			}
+			held := n.held
 			n.held = nil
+			for _, h := range held {
+				if h < 0 {
+					s.collDeliver(-h - 1) // dropped, a forward refused
+				} else {
+					s.dropSlot(h, dropCrashed)
+				}
+			}
+			s.collCrash(e.rank)
 		case evPause:
 			n := &s.nodes[e.rank]
 			if n.state == crashed {
@@ -417,10 +444,20 @@ func (s *sim) run(ctx context.Context) error {
 			held := n.held
 			n.held = nil
 			for _, h := range held {
-				s.deliver(h)
+				if h < 0 {
+					s.collDeliver(-h - 1)
+				} else {
+					s.deliver(h)
+				}
 			}
 			n.timer = -1
 			s.arm(e.rank, false)
+		case evColl:
+			s.collStart(e.arg)
+		case evCollDeliver:
+			s.collDeliver(e.arg)
+		case evCollTick:
+			s.collTick(e.arg, e.rank)
 		case evSplit:
 			s.net.active |= 1 << e.arg
 			s.tr.fault(recSplit, s.now, uint32(e.arg))

@@ -11,15 +11,17 @@ import (
 // Trace record kinds. They are part of the canonical trace encoding:
 // append only.
 const (
-	recDeliver uint8 = iota + 1 // a message handed to its destination's machine
-	recDrop                     // a message lost (the reason follows)
-	recMember                   // a membership event a rank's machine emitted
-	recCrash                    // a rank crashed
-	recPause                    // a rank was paused
-	recResume                   // a paused rank resumed
-	recSplit                    // a partition began
-	recHeal                     // a partition ended
-	recColl                     // a collective finished at its root
+	recDeliver     uint8 = iota + 1 // a message handed to its destination's machine
+	recDrop                         // a message lost (the reason follows)
+	recMember                       // a membership event a rank's machine emitted
+	recCrash                        // a rank crashed
+	recPause                        // a rank was paused
+	recResume                       // a paused rank resumed
+	recSplit                        // a partition began
+	recHeal                         // a partition ended
+	recColl                         // a collective finished at its root
+	recCollDeliver                  // a collective message delivered
+	recCollDrop                     // a collective message lost
 )
 
 // Reasons a message is dropped, recorded in the trace: append only.
@@ -44,6 +46,7 @@ const traceFlush = 64 << 10
 //	fault:   kind u8, time i64, rank u32 (crash, pause, resume)
 //	split, heal: kind u8, time i64, partition u32
 //	coll:    kind u8, time i64, root u32, id u32, answered u32, failed u32
+//	collective message: see (*tracer).collMsg
 type tracer struct {
 	h   hash.Hash
 	w   io.Writer

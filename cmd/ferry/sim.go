@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/ferrymsg/ferry/coll"
 	"github.com/ferrymsg/ferry/sim"
 )
 
@@ -22,6 +25,9 @@ func runSim(ctx context.Context, e *env, args []string) int {
 	pauseFor := fs.Duration("pause-for", 0, "how long each pause lasts (0: a seeded quarter to half of the suspicion timeout)")
 	delayMin := fs.Duration("delay-min", sim.DefaultDelayMin, "shortest one-way message delay")
 	delayMax := fs.Duration("delay-max", sim.DefaultDelayMax, "longest one-way message delay (delays are uniform in between)")
+	collEvery := fs.Duration("coll-every", 10*time.Second, "start a collective (broadcast and sum over the group) every this much simulated time (0: none)")
+	collTopo := fs.String("coll-topo", "knomial:4", "the collectives' tree: flat, kary:K or knomial:K")
+	collTimeout := fs.Duration("coll-timeout", sim.DefaultCollTimeout, "a collective's deadline at its root")
 	codec := fs.String("codec", "bytes", "how messages travel: bytes (swim's codec) or struct (copied)")
 	tracePath := fs.String("trace", "", "write the canonical trace (what the trace hash covers) to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -38,6 +44,11 @@ func runSim(ctx context.Context, e *env, args []string) int {
 		Network:  sim.Network{DelayMin: *delayMin, DelayMax: *delayMax, Loss: *loss},
 		Faults:   sim.Faults{Kill: *kill, Pause: *pause, PauseFor: *pauseFor},
 	}
+	topo, err := parseTopology(*collTopo)
+	if err != nil {
+		return usageError(e, fs, "--coll-topo: %v", err)
+	}
+	cfg.Collectives = sim.Collectives{Every: *collEvery, Topology: topo, Timeout: *collTimeout}
 	switch *codec {
 	case "bytes":
 		cfg.Codec = sim.CodecBytes
@@ -61,6 +72,8 @@ func runSim(ctx context.Context, e *env, args []string) int {
 		return usageError(e, fs, "--pause-for must not be negative")
 	case *delayMin < 0 || *delayMax < *delayMin:
 		return usageError(e, fs, "want 0 <= --delay-min <= --delay-max")
+	case *collEvery < 0 || *collTimeout < 0:
+		return usageError(e, fs, "--coll-every and --coll-timeout must not be negative")
 	}
 	log := newLogger(e, *verbose)
 	if *tracePath != "" {
@@ -130,8 +143,33 @@ type simReport struct {
 	PeakRSSMB             float64 `json:"peak_rss_mb"`
 	TraceHash             string  `json:"trace_hash"`
 
+	CollectivesRun      int       `json:"collectives_run"`
+	CollFinished        int       `json:"collectives_finished"`
+	CollAggregateOK     int       `json:"collectives_aggregate_ok"`
+	CollReachMin        float64   `json:"coll_reach_min"`
+	CollReachMean       float64   `json:"coll_reach_mean"`
+	CollLatencyMeanMS   float64   `json:"coll_latency_mean_ms"`
+	CollLatencyMaxMS    float64   `json:"coll_latency_max_ms"`
+	CollMsgs            uint64    `json:"coll_msgs"`
+	CollTopology        string    `json:"coll_topology,omitempty"`
+	CollectivesDetailed []simColl `json:"collectives"`
+
 	Crashes []simCrash `json:"crashes"`
 	Pauses  []simPause `json:"pauses"`
+}
+
+type simColl struct {
+	Root        int     `json:"root"`
+	At          float64 `json:"at_s"`
+	Scope       int     `json:"scope"`
+	Excluded    int     `json:"excluded"`
+	Live        int     `json:"live"`
+	Answered    int     `json:"answered"`
+	Failed      int     `json:"failed"`
+	Unreachable int     `json:"unreachable"`
+	TimedOut    int     `json:"timed_out"`
+	LatencyMS   float64 `json:"latency_ms"` // -1: never finished
+	AggregateOK bool    `json:"aggregate_ok"`
 }
 
 type simCrash struct {
@@ -183,8 +221,28 @@ func newSimReport(r *sim.Result, cfg *sim.Config) *simReport {
 		SimPerCPU:             r.SimPerCPU(),
 		PeakRSSMB:             float64(r.PeakRSS) / (1 << 20),
 		TraceHash:             r.TraceHash,
+		CollMsgs:              r.CollMsgs,
+		CollectivesDetailed:   []simColl{},
 		Crashes:               []simCrash{},
 		Pauses:                []simPause{},
+	}
+	cs := r.CollSummary()
+	rep.CollectivesRun, rep.CollFinished, rep.CollAggregateOK = cs.Run, cs.Finished, cs.AggregateOK
+	rep.CollReachMin, rep.CollReachMean = cs.ReachMin, cs.ReachMean
+	rep.CollLatencyMeanMS, rep.CollLatencyMaxMS = ms(cs.LatencyMean), ms(cs.LatencyMax)
+	if cfg.Collectives.Every > 0 {
+		rep.CollTopology = cfg.Collectives.Topology.String()
+	}
+	for _, c := range r.Colls {
+		if c.Root < 0 {
+			continue
+		}
+		lat := -1.0
+		if c.Latency >= 0 {
+			lat = ms(c.Latency)
+		}
+		rep.CollectivesDetailed = append(rep.CollectivesDetailed, simColl{Root: c.Root, At: c.Start.Seconds(), Scope: c.Scope, Excluded: c.Excluded,
+			Live: c.Live, Answered: c.Answered, Failed: c.Failed, Unreachable: c.Unreachable, TimedOut: c.TimedOut, LatencyMS: lat, AggregateOK: c.AggregateOK})
 	}
 	for _, c := range r.Crashes {
 		sc := simCrash{Rank: c.Rank, At: c.At.Seconds(), FirstBy: c.FirstBy, Known: c.Known, Live: c.Live,
@@ -235,6 +293,12 @@ func printSimText(e *env, r *sim.Result, cfg *sim.Config) {
 	fmt.Fprintf(w, "false positives: %d ranks declared dead while alive (%d declarations)\n", r.FalsePositives, r.FalseDeclarations)
 	fmt.Fprintf(w, "messages per rank per period: %.3f (%d sent, %d delivered, %d dropped)\n",
 		r.MsgsPerRankPeriod(), r.Sent, r.Delivered, r.Dropped)
+	if cs := r.CollSummary(); cs.Run > 0 {
+		fmt.Fprintf(w, "collectives (%v): %d run, %d finished, %d with the right aggregate; reach min %.2f%% mean %.2f%% of live ranks; latency mean %.1f ms, max %.1f ms (%d messages)\n",
+			cfg.Collectives.Topology, cs.Run, cs.Finished, cs.AggregateOK, 100*cs.ReachMin, 100*cs.ReachMean, ms(cs.LatencyMean), ms(cs.LatencyMax), r.CollMsgs)
+	} else {
+		fmt.Fprintf(w, "collectives: none\n")
+	}
 	if r.DecodeErrors > 0 {
 		fmt.Fprintf(w, "decode errors: %d\n", r.DecodeErrors)
 	}
@@ -245,4 +309,30 @@ func printSimText(e *env, r *sim.Result, cfg *sim.Config) {
 	}
 	fmt.Fprintf(w, "peak RSS: %.1f MB (%.1f KB per rank)\n", float64(r.PeakRSS)/(1<<20), float64(r.PeakRSS)/1024/float64(r.Ranks))
 	fmt.Fprintf(w, "trace hash: %s (%d records)\n", r.TraceHash, r.TraceRecords)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// parseTopology parses flat, kary:K or knomial:K.
+func parseTopology(s string) (coll.Topology, error) {
+	name, ratio, hasRatio := strings.Cut(s, ":")
+	var t coll.TreeType
+	switch name {
+	case "flat":
+		return coll.Flat(), nil
+	case "kary":
+		t = coll.TypeKAry
+	case "knomial":
+		t = coll.TypeKNomial
+	default:
+		return 0, fmt.Errorf("unknown tree %q (want flat, kary:K or knomial:K)", s)
+	}
+	if !hasRatio {
+		return 0, fmt.Errorf("%q needs a ratio (%s:K)", s, name)
+	}
+	k, err := strconv.Atoi(ratio)
+	if err != nil {
+		return 0, fmt.Errorf("ratio %q: %v", ratio, err)
+	}
+	return coll.MakeTopology(t, k)
 }

@@ -10,7 +10,8 @@ import (
 // TestSimJSON runs `ferry sim --json` and checks the object's fields, and
 // that a second run with the same seed gives the same trace hash.
 func TestSimJSON(t *testing.T) {
-	args := []string{"sim", "--ranks", "64", "--seed", "9", "--duration", "40s", "--loss", "0.01", "--kill", "2", "--pause", "1", "--json"}
+	args := []string{"sim", "--ranks", "64", "--seed", "9", "--duration", "40s", "--loss", "0.01", "--kill", "2", "--pause", "1",
+		"--coll-every", "10s", "--coll-timeout", "5s", "--json"}
 	var hashes []string
 	for range 2 {
 		r := runFerry(t, time.Minute, args...)
@@ -41,6 +42,10 @@ func TestSimJSON(t *testing.T) {
 			t.Errorf("detect_periods_max %v msgs_per_rank_period %v sim_per_wall %v peak_rss_mb %v",
 				obj["detect_periods_max"], obj["msgs_per_rank_period"], obj["sim_per_wall"], obj["peak_rss_mb"])
 		}
+		if num("collectives_run") != 3 || num("collectives_aggregate_ok") != 3 || num("coll_reach_min") < 0.9 {
+			t.Errorf("collectives_run %v, collectives_aggregate_ok %v, coll_reach_min %v",
+				obj["collectives_run"], obj["collectives_aggregate_ok"], obj["coll_reach_min"])
+		}
 		h, _ := obj["trace_hash"].(string)
 		if len(h) != 64 {
 			t.Errorf("trace_hash %q", h)
@@ -59,7 +64,7 @@ func TestSimText(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, want := range []string{"crashed at", "first detected", "known to all", "false positives:", "messages per rank per period:",
-		"simulated seconds per wall second", "peak RSS:", "trace hash:", "paused at"} {
+		"simulated seconds per wall second", "peak RSS:", "trace hash:", "paused at", "collectives (knomial:4): 2 run, 2 finished"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
@@ -73,6 +78,8 @@ func TestSimUsage(t *testing.T) {
 		{"sim", "--ranks", "4", "--kill", "3", "--pause", "2"},
 		{"sim", "--codec", "xml"},
 		{"sim", "extra"},
+		{"sim", "--coll-topo", "kary"},
+		{"sim", "--coll-topo", "ring:3"},
 	} {
 		if r := runFerry(t, 10*time.Second, args...); r.code != exitUsage {
 			t.Errorf("%q: exit %d, want %d", args, r.code, exitUsage)
