@@ -5,7 +5,8 @@
 //
 // Usage:
 //
-//	ferry serve [--listen ADDR] [--name TYPE.ID] [--verbose]
+//	ferry serve [--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--verbose]
+//	ferry group stat --group FILE [--json] [--timeout D]
 //	ferry ping [--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR
 //	ferry selftest [--endpoints ADDR[,ADDR...]] [--sizes "S R,..."] [--reps N] [--inflight K] [--json]
 //	ferry sim [--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]
@@ -59,12 +60,13 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as rank 0", usage: "[--listen ADDR] [--name TYPE.ID] [--rank N] [--fsid UUID] [--verbose]", run: runServe},
+		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as a rank, optionally as a member of a group with SWIM", usage: "[--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--fsid UUID] [--verbose]", run: runServe},
 		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR", run: runPing},
 		{name: "admin", summary: "send a command to an admin socket (ferry serve --admin-socket, or a Ceph daemon's) and print its JSON", usage: "[--timeout D] PATH perf dump|status|connections|help", run: runAdmin},
 		{name: "bench", summary: "compare ferry's round trips with each transport's raw floor, and write a table and plots", usage: "[--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]", run: runBench},
 		{name: "bench-echo", summary: "echo length-prefixed frames: the raw floor's server for ferry bench", usage: "[--listen ADDR]", run: runBenchEcho, hidden: true},
 		{name: "selftest", summary: "run the RPC self-test (CaRT's) against in-process ranks or ferry serve processes", usage: "[--endpoints ADDR[,ADDR...]] [--ranks N] [--sizes \"SEND REPLY,...\"] [--reps N] [--inflight K] [--json] [--timeout D]", run: runSelftest},
+		{name: "group", summary: "ask a group's ranks for their status through one of them (ferry serve --group members)", usage: "stat --group FILE [--json] [--timeout D]", run: runGroup},
 		{name: "sim", summary: "simulate a SWIM group of N ranks, deterministically, with loss, crashes and pauses", usage: "[--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]", run: runSim},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -32,6 +33,8 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	fsidFlag := fs.String("fsid", "", "cluster fsid reported in the ping status (default: random)")
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	rank := fs.Uint("rank", 0, "the RPC rank to serve as: requests for other ranks are refused (ErrWrongRank)")
+	groupFile := fs.String("group", "", "join the group of this attach `FILE` (a name line, then RANK URI lines) as --rank, listening on the rank's URI unless --listen is given, and serve the group status service (ferry group stat)")
+	withSWIM := fs.Bool("swim", false, "with --group: run SWIM failure detection and log each membership event (member rank=N state=alive|suspect|dead)")
 	mflags := addMsgrFlags(fs, "stateless-server")
 	ops := addOpsFlags(fs)
 	pos, code, ok := parseFlags(e, fs, args)
@@ -48,6 +51,28 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
+	var groupName string
+	var members []rpc.Member
+	if *groupFile != "" {
+		if groupName, members, err = readGroupFile(*groupFile); err != nil {
+			return usageError(e, fs, "--group: %v", err)
+		}
+		listenSet := false
+		fs.Visit(func(f *flag.Flag) { listenSet = listenSet || f.Name == "listen" })
+		if !listenSet {
+			found := false
+			for _, m := range members {
+				if m.Rank == uint32(*rank) {
+					*listen, found = m.URI, true
+				}
+			}
+			if !found {
+				return usageError(e, fs, "--group: %s lists no rank %d (and --listen is not given)", *groupFile, *rank)
+			}
+		}
+	} else if *withSWIM {
+		return usageError(e, fs, "--swim needs --group")
+	}
 	ident, id, err := parseIdentity(*name)
 	if err != nil {
 		return usageError(e, fs, "--name: %v", err)
@@ -61,10 +86,17 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		fsid = randomFSID()
 	}
 	log := newLogger(e, *verbose)
-	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts, Rank: uint32(*rank)})
+	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts, Rank: uint32(*rank), Group: groupName})
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
+	}
+	if *groupFile != "" {
+		if _, err := joinGroup(srv, members, *withSWIM, log); err != nil {
+			log.Error("cannot join the group", "file", *groupFile, "err", err)
+			srv.Close()
+			return exitError
+		}
 	}
 	// The first line of stdout is the contract with scripts and tests.
 	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
@@ -127,6 +159,8 @@ type serverConfig struct {
 	Msgr *msgrOptions
 	// Rank is the RPC rank served (0 by default).
 	Rank uint32
+	// Group is the primary group's name (default rpc.DefaultGroup).
+	Group string
 }
 
 // server answers every MPing with an MPing whose front is a mon-like JSON
@@ -190,7 +224,7 @@ func startServer(cfg serverConfig) (*server, error) {
 	// The RPC layer joins the messenger (it takes only RPC message types)
 	// as cfg.Rank with one context: every rpc instance serves the
 	// self-test protocol and the internal RPCs.
-	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: cfg.Rank, Logger: cfg.Logger})
+	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: cfg.Rank, Group: cfg.Group, Logger: cfg.Logger})
 	if err != nil {
 		m.Shutdown()
 		return nil, err
