@@ -251,6 +251,7 @@ type state uint8
 
 const (
 	stClientBanner state = iota + 1 // client: reading the server's banner
+	stClientAddrs                   // client: reading the two addresses after it
 	stServerBanner                  // server: reading the client's banner
 	stConnect                       // server: reading a connect message
 	stConnectAuth                   // server: reading its authorizer
@@ -402,7 +403,11 @@ func (e *Engine) PendingHeader() (h *Header, ok bool) {
 func (e *Engine) Need() (n int, retain bool) {
 	switch e.state {
 	case stClientBanner:
-		return ServerBannerLen, false
+		// The banner alone first, so that a msgr2 server, which sends
+		// less and then waits, is told apart at once.
+		return BannerLen, false
+	case stClientAddrs:
+		return 2 * LegacyAddrLen, false
 	case stServerBanner:
 		return ClientBannerLen, false
 	case stConnect:
@@ -453,6 +458,10 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 	var err error
 	switch e.state {
 	case stClientBanner:
+		if err = checkBanner(p); err == nil {
+			e.state = stClientAddrs
+		}
+	case stClientAddrs:
 		err = e.clientBanner(p)
 	case stServerBanner:
 		err = e.serverBanner(p)
@@ -482,7 +491,7 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 }
 
 func (e *Engine) stateName() string {
-	return [...]string{"?", "client-banner", "server-banner", "connect", "connect-authorizer",
+	return [...]string{"?", "client-banner", "client-addresses", "server-banner", "connect", "connect-authorizer",
 		"reply", "reply-authorizer", "seq", "decide", "ready", "tag-argument",
 		"message-header", "message-body", "closed"}[min(int(e.state), int(stClosed))]
 }
@@ -494,7 +503,11 @@ func blankIP(a msg.EntityAddr) bool { return a.IsZero() || a.IP.Addr().IsUnspeci
 // ---- client ----
 
 func (e *Engine) clientBanner(p []byte) error {
-	srv, me, err := ParseServerBanner(p)
+	srv, err := ParseLegacyAddr(p[:LegacyAddrLen])
+	if err != nil {
+		return err
+	}
+	me, err := ParseLegacyAddr(p[LegacyAddrLen:])
 	if err != nil {
 		return err
 	}
