@@ -724,3 +724,33 @@ func TestReclaimAfterServerRestart(t *testing.T) {
 		t.Fatalf("fresh login: %v %+v", err, r)
 	}
 }
+
+// A global id reclaimed at a server that did not assign it (a second
+// server sharing the secrets) is never assigned to another client there.
+func TestReclaimedGlobalIDNotReassigned(t *testing.T) {
+	cl := newCluster(t, nil)
+	first, _, _ := cl.login(t, cl.admin, auth.ConModeCRC)
+	if first.GlobalID != DefaultFirstGlobalID {
+		t.Fatalf("gid %d", first.GlobalID)
+	}
+	// Move the client's AUTH ticket to a higher id by hand, as if another
+	// server had assigned it: sealed with this server's AUTH secret.
+	cl.ks.mu.Lock()
+	parent := authTicket{name: cl.admin.Name(), globalID: 4200}
+	at, err := cl.ks.issueLocked(msg.EntityAuth, parent, time.Hour, cl.clk.now())
+	cl.ks.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.admin.mu.Lock()
+	cl.admin.globalID = 4200
+	cl.admin.tickets[msg.EntityAuth] = &Ticket{Service: msg.EntityAuth, SessionKey: at.sessionKey, Blob: at.blob, Expires: cl.clk.now().Add(time.Hour), RenewAfter: cl.clk.now().Add(time.Hour)}
+	cl.admin.mu.Unlock()
+	if r, _, _ := cl.login(t, cl.admin, auth.ConModeCRC); r.GlobalID != 4200 {
+		t.Fatalf("reclaim gave %d", r.GlobalID)
+	}
+	other, _ := NewClient(ClientConfig{Name: cl.admin.Name(), Key: keyFrom(1), Rand: seeded(31), Now: cl.clk.now})
+	if r, _, _ := cl.login(t, other, auth.ConModeCRC); r.GlobalID != 4201 {
+		t.Fatalf("fresh login after the reclaim got %d, want 4201", r.GlobalID)
+	}
+}

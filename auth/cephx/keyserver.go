@@ -462,6 +462,12 @@ func (s *MonSession) authenticate(d *denc.Decoder, msgr2 bool, secretLen int) ([
 	if err != nil {
 		return nil, auth.Result{}, err
 	}
+	if s.globalID >= ks.nextGID {
+		// A reclaimed id this server did not assign (it was restarted,
+		// or another server sharing its secrets did): never assign it
+		// again.
+		ks.nextGID = s.globalID + 1
+	}
 	monCaps := e.Caps[serviceName(msg.EntityMon)]
 	if monCaps == "" {
 		return nil, auth.Result{}, &StatusError{Status: StatusEACCES, Op: opName(OpGetAuthSessionKey), Err: fmt.Errorf("%w: %s has no mon caps", auth.ErrDenied, s.name)}
