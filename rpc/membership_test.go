@@ -354,3 +354,30 @@ func TestSWIMDeadRankRemoved(t *testing.T) {
 		}
 	}
 }
+
+// A rank removed from the group while it was not told (here: by the
+// application, on the other ranks only) learns it was excluded from the
+// first member its SWIM messages reach, and with AuthorityApplication it
+// is not re-added.
+func TestSWIMTellsExcludedRank(t *testing.T) {
+	checkGoroutines(t)
+	srv, logs := swimGroup(t, 3, rpc.SWIMOptions{Authority: rpc.AuthorityApplication})
+	v := srv[0].Group().Version()
+	for _, s := range srv[:2] {
+		if err := s.Group().Modify(rpc.ModRemove, []rpc.Member{{Rank: 2}}, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := logs[2].wait(t, 10*time.Second, "rank 2 learning it was excluded", func(e rpc.MemberEvent) bool {
+		return e.Kind == rpc.EventExcluded && e.Rank == 2
+	})
+	if e.Version != v+1 || srv[2].Group().ExcludedAt() != v+1 || srv[2].Group().Version() != v+1 {
+		t.Fatalf("event %v; rank 2 ExcludedAt %d version %d, want %d", e, srv[2].Group().ExcludedAt(), srv[2].Group().Version(), v+1)
+	}
+	time.Sleep(200 * time.Millisecond) // a few 50 ms periods: the application's authority re-adds nothing
+	for _, s := range srv[:2] {
+		if s.Group().Has(2) || s.Group().Version() != v+1 {
+			t.Fatalf("rank %d: has 2 %v, version %d", s.Rank(), s.Group().Has(2), s.Group().Version())
+		}
+	}
+}

@@ -443,6 +443,13 @@ func (s *SWIM) groupChanged(added, removed []uint32) {
 		}
 	}
 	for _, r := range removed {
+		// Remember the incarnation it left at: heard from higher, it
+		// has come back (restarted, or refuted its death).
+		if st, ok := s.m.State(swim.ID(r)); ok {
+			if d, seen := s.deadInc[r]; !seen || st.Incarnation > d {
+				s.deadInc[r] = st.Incarnation
+			}
+		}
 		s.m.Remove(swim.ID(r))
 	}
 	out, evs := s.collect()
