@@ -17,12 +17,12 @@ TIMEOUT  ?= 20m
 DIRS := $(patsubst %/...,%,$(PKGS))
 DIRS := $(patsubst ...,.,$(DIRS))
 
-.PHONY: test deps vet fmt unit bench-check contrib-check fuzz
+.PHONY: test deps vet fmt cross unit bench-check contrib-check fuzz
 
 # The steps of test run in order even under make -j.
 .NOTPARALLEL:
 
-test: deps vet fmt unit bench-check contrib-check fuzz
+test: deps vet fmt cross unit bench-check contrib-check fuzz
 
 deps:
 	scripts/install-deps.sh
@@ -33,6 +33,12 @@ vet:
 fmt:
 	@out=$$(gofmt -l $(DIRS)); \
 	if [ -n "$$out" ]; then echo "gofmt -l reports unformatted files:"; echo "$$out"; exit 1; fi
+
+# The library and the CLI build for macOS and Windows too (without the
+# Linux-only shm transport and direct path).
+cross:
+	GOOS=darwin $(GO) build $(PKGS)
+	GOOS=windows $(GO) build $(PKGS)
 
 unit:
 	FERRY_REQUIRE_CEPH=1 FERRY_REQUIRE_TOOLS=1 $(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)

@@ -9,9 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
@@ -295,7 +292,7 @@ func newLowat(r *socketRun) *lowat {
 }
 
 func (l *lowat) setFD(fd uintptr) {
-	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, l.v)
+	setRcvLowat(fd, l.v)
 }
 
 func (l *lowat) set(v int) {
@@ -513,7 +510,7 @@ type writeState struct {
 
 	// writevFD's arguments and result, kept here so that a writev does
 	// not allocate a closure.
-	iovecs []unix.Iovec
+	iovecs []iovec
 	one    []byte // or the one buffer to write
 	vfn    func(uintptr) bool
 	vblock bool // wait for the socket (writer) rather than give up (inline)
@@ -766,12 +763,9 @@ func (w *writeState) writev(r *socketRun, end int, blocking bool) (int, error) {
 		// through net.Conn did).
 		w.one = first
 	} else {
-		w.iovecs = append(w.iovecs, unix.Iovec{Base: unsafe.SliceData(first)})
-		w.iovecs[0].SetLen(len(first))
+		w.iovecs = append(w.iovecs, makeIovec(first))
 		for _, p := range w.iov[w.pos+1 : min(end, w.pos+maxIovecs)] {
-			v := unix.Iovec{Base: unsafe.SliceData(p)}
-			v.SetLen(len(p))
-			w.iovecs = append(w.iovecs, v)
+			w.iovecs = append(w.iovecs, makeIovec(p))
 		}
 	}
 	if w.vfn == nil {
@@ -797,12 +791,9 @@ func (w *writeState) writevFD(fd uintptr) bool {
 	var n int
 	var err error
 	if w.one != nil {
-		n, err = syscall.Write(int(fd), w.one)
+		n, err = writeFD(fd, w.one)
 	} else {
-		r, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(w.iovecs))), uintptr(len(w.iovecs)))
-		if n = int(r); errno != 0 {
-			n, err = 0, errno
-		}
+		n, err = writevFD(fd, w.iovecs)
 	}
 	switch {
 	case err == nil:

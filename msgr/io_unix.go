@@ -1,0 +1,42 @@
+//go:build unix
+
+package msgr
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawSockets: the reader sets SO_RCVLOWAT and the writer calls writev(2)
+// on the socket itself (RawConn) rather than through net.Conn.
+const rawSockets = true
+
+// iovec is one buffer of a writev(2).
+type iovec = unix.Iovec
+
+func makeIovec(p []byte) iovec {
+	v := unix.Iovec{Base: unsafe.SliceData(p)}
+	v.SetLen(len(p))
+	return v
+}
+
+// writevFD is one writev(2) of iov on fd.
+func writevFD(fd uintptr, iov []iovec) (int, error) {
+	r, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), nil
+}
+
+// writeFD is one write(2) of p on fd, through package syscall, whose
+// race annotations order it before the peer's read.
+func writeFD(fd uintptr, p []byte) (int, error) { return syscall.Write(int(fd), p) }
+
+// setRcvLowat sets the socket's receive low-water mark.
+func setRcvLowat(fd uintptr, v int) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v)
+}
+
