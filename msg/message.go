@@ -44,8 +44,11 @@ type Header struct {
 	AckSeq        uint64     // msgr2: highest sequence number the sender has received
 }
 
-// Footer is what Ceph's ceph_msg_footer carries. The CRCs are filled in on
-// receive (and on send when CRCs are on).
+// Footer is what Ceph's ceph_msg_footer carries: msgr1 puts it on the
+// wire after the message's segments. Over msgr2 the segments are
+// protected by the frame's own CRCs (crc mode) or its GCM tag (secure
+// mode), which the engine checks on receive; this struct is then left as
+// the sender set it and is not filled in from the wire.
 type Footer struct {
 	FrontCRC  uint32
 	MiddleCRC uint32

@@ -50,15 +50,20 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 		}
 		var buf []byte
 		var held int64 // throttle budget taken for this frame
-		var recvStamp time.Time
+		var recvStamp, throttleStamp time.Time
 		var release func(*msg.Message)
 		var evs []msgr2.Event
 		var placer DataPlacer // took this frame's data segment
 		read := false         // the frame was read and fed by readPlaced
 		if retain {
 			recvStamp = time.Now()
-			if err := c.takeBudget(&pol, int64(n), r); err != nil {
+			waited, err := c.takeBudget(&pol, int64(n), r)
+			if err != nil {
 				return err
+			}
+			throttleStamp = recvStamp
+			if waited {
+				throttleStamp = time.Now()
 			}
 			held = int64(n)
 			if n >= PlaceMin {
@@ -119,7 +124,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				mm := ev.Msg
 				mm.RecvStamp = recvStamp
 				mm.RecvCompleteStamp = now
-				mm.ThrottleStamp = recvStamp
+				mm.ThrottleStamp = throttleStamp
 				mm.Conn = c
 				mm.Release, release = release, nil
 				m.injectDelay(c, mm)
@@ -391,11 +396,13 @@ func (c *Conn) placeData(placers []DataPlacer, h *msg.Header, front []byte, data
 // long as the connection is open. Before it waits it writes what the
 // reader was left to write (the answers of the messages whose dispatch
 // returns the budget may be among it).
-func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) error {
+// It reports whether it had to wait (the message's ThrottleStamp is then
+// taken after the wait).
+func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) (waited bool, err error) {
 	if p.ThrottleMessages.TryGet(1) {
 		if p.ThrottleBytes.TryGet(size) {
 			if c.m.dispatch.TryGet(size) {
-				return nil
+				return false, nil
 			}
 			p.ThrottleBytes.Put(size)
 		}
@@ -406,18 +413,18 @@ func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) error {
 		c.flushPending(r)
 	}
 	if err := p.ThrottleMessages.Get(c.ctx, 1); err != nil {
-		return err
+		return true, err
 	}
 	if err := p.ThrottleBytes.Get(c.ctx, size); err != nil {
 		p.ThrottleMessages.Put(1)
-		return err
+		return true, err
 	}
 	if err := c.m.dispatch.Get(c.ctx, size); err != nil {
 		p.ThrottleBytes.Put(size)
 		p.ThrottleMessages.Put(1)
-		return err
+		return true, err
 	}
-	return nil
+	return true, nil
 }
 
 // putBudget returns what takeBudget took (nothing if size is 0).

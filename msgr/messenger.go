@@ -8,7 +8,7 @@
 //	m.AddDispatcherTail(msgr.DispatcherFunc(func(r *msg.Message) bool { ...; return true }))
 //	m.Start()
 //	c, _ := m.Connect("v2:127.0.0.1:3300/0")
-//	c.Send(ceph.NewPing())
+//	c.Send((&ceph.Ping{}).Marshal())
 //
 // The protocol itself lives in msgr/msgr2 as a pure state machine; this
 // package moves bytes and time around it. Each connection has one reader
