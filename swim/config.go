@@ -134,8 +134,10 @@ func (c Config) Validate() error {
 		return bad("Period", c.Period)
 	case c.PingTimeout < 0:
 		return bad("PingTimeout", c.PingTimeout)
-	case c.IndirectTimeout < 0:
-		return bad("IndirectTimeout", c.IndirectTimeout)
+	case c.IndirectTimeout < 0 || c.IndirectTimeout <= c.PingTimeout:
+		// The helpers wait PingTimeout before they nack; the prober must
+		// wait longer or it counts their nacks as missing.
+		return bad("IndirectTimeout (must exceed PingTimeout)", c.IndirectTimeout)
 	case c.SuspicionTimeout < 0:
 		return bad("SuspicionTimeout", c.SuspicionTimeout)
 	case c.SuspicionMinTimeout < 0 || c.SuspicionMinTimeout > c.SuspicionTimeout:

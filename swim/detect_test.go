@@ -1,6 +1,7 @@
 package swim
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -30,4 +31,31 @@ func TestDetectionTime(t *testing.T) {
 	if d.Probe != 3*time.Second || d.Worst != 3*2*time.Second+3*time.Second+10*time.Second {
 		t.Fatalf("custom: %+v", d)
 	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []Config{
+		{Period: -1},
+		{PingTimeout: time.Second, IndirectTimeout: time.Second},
+		{SuspicionTimeout: time.Second, SuspicionMinTimeout: 2 * time.Second},
+		{Confirmations: MaxConfirmations + 1},
+		{IndirectPings: 17},
+		{MaxPiggyback: MaxUpdates - 2},
+		{AwarenessMax: 65},
+		{QueueLimit: -1},
+	}
+	for _, c := range bad {
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("New accepted an invalid config")
+		}
+	}()
+	New(0, Config{Period: -1}, nil)
 }

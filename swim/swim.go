@@ -117,7 +117,14 @@ func New(self ID, cfg Config, rnd *rand.Rand) *Machine {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	return &Machine{cfg: cfg.withDefaults(), rnd: rnd, self: self, inc: cfg.Incarnation, tab: table{self: self}}
+	m := &Machine{cfg: cfg.withDefaults(), rnd: rnd, self: self, inc: cfg.Incarnation, tab: table{self: self}}
+	// Room for the usual load, allocated with the machine rather than in
+	// its first busy seconds (about 2.5 KB).
+	m.out, m.outSpare = make([]Envelope, 0, 4), make([]Envelope, 0, 4)
+	m.arena, m.arenaSpare = make([]Update, 0, 24), make([]Update, 0, 24)
+	m.queue = make([]queued, 0, 16)
+	m.susp = make([]suspicion, 0, 2)
+	return m
 }
 
 // Config returns the machine's configuration with defaults applied.
