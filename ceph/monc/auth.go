@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferrymsg/ferry/auth"
 	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/ceph"
+	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 )
 
@@ -182,6 +184,37 @@ func (c *Client) renewLoop() {
 				return
 			case <-t.C:
 			}
+		}
+	}
+}
+
+// configureAuth fills the messenger's auth settings for cfg.Cephx (those
+// not set already): the name, cephx as the method, and a fresh
+// per-connection handler for every connection attempt (mon-mode login
+// for mons, an authorizer from the service ticket for OSDs and MGRs).
+// With MAuthLogin the mons are logged in to with MAuth instead, so mon
+// connections get auth none in the handshake.
+func configureAuth(cfg *Config, mc *msgr.Config) {
+	cx := cfg.Cephx
+	if cx == nil {
+		return
+	}
+	if mc.Auth.Name == (msg.AuthName{}) {
+		mc.Auth.Name = cx.Name()
+	}
+	if mc.Name.Type == 0 {
+		mc.Name = msg.EntityName{Type: cx.Name().Type, Num: msg.NewID}
+	}
+	if len(mc.Auth.Methods) == 0 {
+		mc.Auth.Methods = []uint32{auth.MethodCephx}
+	}
+	if mc.Auth.ClientFor == nil {
+		mauth := cfg.MAuthLogin
+		mc.Auth.ClientFor = func(c *msgr.Conn) (auth.Client, error) {
+			if mauth && c.PeerType() == msg.EntityMon {
+				return nil, nil
+			}
+			return cx.Handler(), nil
 		}
 	}
 }

@@ -201,6 +201,7 @@ func New(cfg Config) (*Client, error) {
 	if mc.Logger == nil {
 		mc.Logger = cfg.Logger
 	}
+	configureAuth(&cfg, &mc)
 	m, err := msgr.New(mc)
 	if err != nil {
 		return nil, err
