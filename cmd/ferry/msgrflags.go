@@ -76,6 +76,12 @@ type msgrOptions struct {
 	// TCPCongestion is the TCP congestion control of the messenger's own
 	// sockets ("" leaves the system default).
 	TCPCongestion string
+	// Auth is a client's name, auth method, key and modes (authflags.go);
+	// nil leaves the messenger's defaults (auth none).
+	Auth *clientAuth
+	// ServerAuth is a server's cephx key database (serveauth.go); nil
+	// for auth none.
+	ServerAuth *serverAuth
 }
 
 // tcpCongestionUsage documents --tcp-congestion
@@ -135,6 +141,12 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.MaxBackoff = o.MaxBackoff
 	c.NoDataCRC = o.NoDataCRC
 	c.Transports = cliTransports(o.TCPCongestion)
+	if o.Auth != nil {
+		o.Auth.configureMsgr(c)
+	}
+	if o.ServerAuth != nil {
+		o.ServerAuth.configure(c)
+	}
 }
 
 // options validates the parsed flags and returns the options, or an error

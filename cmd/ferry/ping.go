@@ -33,13 +33,14 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	timeout := fs.Duration("timeout", 30*time.Second, "overall time limit, connection setup included")
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	mflags := addMsgrFlags(fs, "lossy-client")
+	af := addAuthFlags(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
 	}
 	switch {
-	case len(pos) != 1:
-		return usageError(e, fs, "want exactly one address (v2:IP:PORT/NONCE or tcp://IP:PORT), got %d arguments", len(pos))
+	case len(pos) > 1 || (len(pos) == 0 && *af.conf == ""):
+		return usageError(e, fs, "want one address (v2:IP:PORT/NONCE or tcp://IP:PORT), or -c ceph.conf to ping its mons; got %d arguments", len(pos))
 	case *count < 1:
 		return usageError(e, fs, "--count must be at least 1")
 	case *size < 0 || *size > maxPingSize:
@@ -55,7 +56,14 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
-	addr := pos[0]
+	if mopts.Auth, err = af.resolve(); err != nil {
+		return usageError(e, fs, "%v", err)
+	}
+	addrs, err := pingTargets(pos, mopts.Auth)
+	if err != nil {
+		return usageError(e, fs, "%v", err)
+	}
+	addr := addrs[0]
 	opts := pingOptions{Count: *count, Size: *size, Inflight: *inflight, Interval: *interval, Verify: *verify}
 	if opts.Verify {
 		opts.Size = max(opts.Size, counterBytes)
@@ -64,7 +72,10 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	log := newLogger(e, *verbose)
-	pc, err := dialPingWith(ctx, addr, log, mopts)
+	pc, err := dialPingAny(ctx, addrs, log, mopts)
+	if pc != nil {
+		addr = pc.addr
+	}
 	if err != nil {
 		res := &pingResult{Requested: opts.Count, Verify: opts.Verify, Err: err}
 		if *asJSON {

@@ -37,6 +37,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	withSWIM := fs.Bool("swim", false, "with --group: run SWIM failure detection and log each membership event (member rank=N state=alive|suspect|dead)")
 	mflags := addMsgrFlags(fs, "stateless-server")
 	ops := addOpsFlags(fs)
+	aflags := addServerAuthFlags(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -72,6 +73,9 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		}
 	} else if *withSWIM {
 		return usageError(e, fs, "--swim needs --group")
+	}
+	if mopts.ServerAuth, err = aflags.resolve(); err != nil {
+		return usageError(e, fs, "%v", err)
 	}
 	ident, id, err := parseIdentity(*name)
 	if err != nil {
@@ -192,6 +196,9 @@ func startServer(cfg serverConfig) (*server, error) {
 		return nil, err
 	}
 	m.SetDefaultPolicy(mo.Policy)
+	if mo.ServerAuth != nil {
+		m.AddDispatcherHead(mo.ServerAuth) // MAuth on authenticated sessions
+	}
 	s := &server{m: m, log: cfg.Logger}
 	if err := m.Bind(cfg.Listen); err != nil {
 		m.Shutdown()
