@@ -65,6 +65,17 @@ type Config struct {
 
 	// HandshakeTimeout bounds connection setup; default 10 s.
 	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the incoming connections in their handshake
+	// at once; default 512. At the bound a new connection evicts the
+	// handshake that has received nothing for longest, if for at least
+	// HandshakeIdleEvict (default 1 s); otherwise it waits, in arrival
+	// order, for a slot (at most HandshakeTimeout), holding only its
+	// socket. So idle or slow peers cannot lock honest clients out, and
+	// a burst of clients queues rather than being refused. Before it is
+	// authenticated a peer makes the messenger hold at most its read
+	// buffer (64 KiB, allocated once it has a slot) and Limits.MaxPreAuth.
+	MaxHandshakes      int
+	HandshakeIdleEvict time.Duration
 	// KeepaliveInterval is how often an open connection sends KEEPALIVE2;
 	// default 5 s; negative disables keepalives.
 	KeepaliveInterval time.Duration
@@ -121,6 +132,12 @@ func (c *Config) withDefaults() Config {
 	if d.HandshakeTimeout == 0 {
 		d.HandshakeTimeout = 10 * time.Second
 	}
+	if d.MaxHandshakes == 0 {
+		d.MaxHandshakes = 512
+	}
+	if d.HandshakeIdleEvict == 0 {
+		d.HandshakeIdleEvict = time.Second
+	}
 	if d.KeepaliveInterval == 0 {
 		d.KeepaliveInterval = 5 * time.Second
 	}
@@ -153,6 +170,9 @@ func (c *Config) validate() error {
 	var errs []error
 	if c.HandshakeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("HandshakeTimeout %v is negative", c.HandshakeTimeout))
+	}
+	if c.MaxHandshakes < 0 || c.HandshakeIdleEvict < 0 {
+		errs = append(errs, errors.New("negative MaxHandshakes or HandshakeIdleEvict"))
 	}
 	if c.KeepaliveInterval > 0 && c.KeepaliveTimeout > 0 && c.KeepaliveTimeout < c.KeepaliveInterval {
 		errs = append(errs, fmt.Errorf("KeepaliveTimeout %v is shorter than KeepaliveInterval %v", c.KeepaliveTimeout, c.KeepaliveInterval))

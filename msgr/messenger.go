@@ -66,6 +66,7 @@ type Messenger struct {
 
 	dq       *DispatchQueue[dispatchItem]
 	dispatch *Throttle // dispatch-bytes throttle
+	hs       *hsGate   // bounds the incoming handshakes
 
 	reg *metrics.Registry
 	met *msgrMetrics
@@ -97,6 +98,7 @@ func New(cfg Config) (*Messenger, error) {
 		stoppedCh:     make(chan struct{}),
 		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
 		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
+		hs:            newHSGate(c.MaxHandshakes, c.HandshakeIdleEvict),
 	}
 	m.reg = c.Metrics
 	if m.reg == nil {

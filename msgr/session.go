@@ -352,8 +352,17 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		return
 	}
 	cfg.AuthServer = as
+	actx, cancel := context.WithTimeout(m.ctx, m.cfg.HandshakeTimeout)
+	slot, err := m.hs.admit(actx, nc)
+	cancel()
+	if err != nil {
+		m.log.Debug("incoming connection timed out waiting for a handshake slot", "remote", nc.RemoteAddr().String())
+		_ = nc.Close()
+		return
+	}
 	e := msgr2.NewEngine(cfg)
-	br := bufio.NewReaderSize(nc, readBufSize)
+	hr := &hsReader{r: nc, entry: slot}
+	br := bufio.NewReaderSize(hr, readBufSize)
 	var (
 		run      *socketRun // set once a session took this socket over
 		attached *Conn      // that session
@@ -374,6 +383,11 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		}
 		return to, err
 	})
+	hr.entry = nil
+	m.hs.release(slot)
+	if err != nil && slot.evicted.Load() {
+		err = ErrHandshakeEvicted
+	}
 	if err != nil {
 		_ = nc.Close()
 		if run != nil && attached != nil {

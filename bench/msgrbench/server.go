@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/ferrymsg/ferry/auth"
+	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/transport"
@@ -91,6 +93,10 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}
 	var echoes atomic.Uint64
 
+	ver, err := osdVerifier()
+	if err != nil {
+		return err
+	}
 	m, err := msgr.New(msgr.Config{
 		Name:   msg.EntityName{Type: msg.EntityOSD, Num: 0},
 		Logger: log,
@@ -98,6 +104,11 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		// (ferry-fast-nocrc).
 		NoDataCRC:  true,
 		Transports: Transports(),
+		// Auth none, or cephx with the OSD key of EnvOSDKey (the
+		// secure-mode client).
+		Auth: msgr.AuthConfig{ServerFor: func(msg.EntityAddr) (auth.Server, error) {
+			return &noneOrCephx{cephx: ver}, nil
+		}},
 	})
 	if err != nil {
 		return err
@@ -150,6 +161,47 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		}
 	}
 	return sc.Err()
+}
+
+// EnvOSDKey names the environment variable through which the client
+// hands the server process the OSD service key (keyring form) its cephx
+// tickets are sealed with; without it the server allows auth none only.
+const EnvOSDKey = "FERRY_BENCH_OSD_KEY"
+
+func osdVerifier() (*cephx.Verifier, error) {
+	s := os.Getenv(EnvOSDKey)
+	if s == "" {
+		return nil, nil
+	}
+	k, err := cephx.ParseKey(s)
+	if err != nil {
+		return nil, err
+	}
+	return cephx.NewVerifier(cephx.VerifierConfig{Service: msg.EntityOSD, StaticKey: k})
+}
+
+// noneOrCephx allows auth none and, with a verifier, cephx.
+type noneOrCephx struct {
+	none  auth.NoneServer
+	cephx *cephx.Verifier
+	sess  auth.Server
+}
+
+func (s *noneOrCephx) Methods(msg.EntityType) []uint32 {
+	if s.cephx == nil {
+		return []uint32{auth.MethodNone}
+	}
+	return []uint32{auth.MethodCephx, auth.MethodNone}
+}
+
+func (s *noneOrCephx) Handle(method uint32, pt msg.EntityType, mode uint32, first bool, p []byte) (auth.Reply, error) {
+	if first {
+		s.sess = &s.none
+		if method == auth.MethodCephx && s.cephx != nil {
+			s.sess = s.cephx.Handler()
+		}
+	}
+	return s.sess.Handle(method, pt, mode, first, p)
 }
 
 // echoDispatcher answers every TypeEcho and TypeEchoFast message with
