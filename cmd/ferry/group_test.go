@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,19 +217,31 @@ func TestGroupSWIMProcesses(t *testing.T) {
 	if !slices.Contains(res.Answered, 3) {
 		t.Fatalf("rank 3 after its pause: %+v", res)
 	}
-	suspected := false
+	// A refutation is an incarnation above the one rank 3 was suspected
+	// at. A rank that had not yet heard from rank 3 knows it at the
+	// incarnation the group file gave (0) and suspects it there; rank 3's
+	// own incarnation is already above that, so it refutes without
+	// raising it (the SWIM rule: only an accusation at or above its own
+	// incarnation makes a member raise it).
+	suspected, suspectedAt := false, uint64(0)
+	suspectInc := regexp.MustCompile(`(?m)msg=member rank=3 state=suspect\b.*\bincarnation=(\d+)`)
 	for _, p := range others {
-		suspected = suspected || memberLine(3, "suspect").MatchString(p.stderr.String()[mark[p.rank]:])
+		for _, m := range suspectInc.FindAllStringSubmatch(p.stderr.String()[mark[p.rank]:], -1) {
+			suspected = true
+			if inc, err := strconv.ParseUint(m[1], 10, 64); err == nil {
+				suspectedAt = max(suspectedAt, inc)
+			}
+		}
 	}
 	for _, s := range res.Status {
 		if s.Rank == 3 {
-			t.Logf("rank 3 suspected: %v; incarnation %d -> %d", suspected, incBefore[3], s.Incarnation)
-			if suspected && s.Incarnation <= incBefore[3] {
+			t.Logf("rank 3 suspected: %v (at incarnation %d); incarnation %d -> %d", suspected, suspectedAt, incBefore[3], s.Incarnation)
+			if suspected && s.Incarnation <= suspectedAt {
 				var logs strings.Builder
 				for _, p := range ps {
 					fmt.Fprintf(&logs, "--- rank %d:\n%s", p.rank, p.stderr.String())
 				}
-				t.Errorf("rank 3 was suspected but did not refute (incarnation %d, was %d)\n%s", s.Incarnation, incBefore[3], logs.String())
+				t.Errorf("rank 3 was suspected at incarnation %d but did not refute (incarnation %d, was %d)\n%s", suspectedAt, s.Incarnation, incBefore[3], logs.String())
 			}
 		}
 	}
