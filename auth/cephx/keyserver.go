@@ -255,7 +255,9 @@ func (ks *KeyServer) issueLocked(service msg.EntityType, parent authTicket, ttl 
 	t.created = now
 	t.expires = now.Add(ttl)
 	t.auid = authUIDDefault
-	if e, ok := ks.entities[parent.name]; ok {
+	// Like Ceph's _build_session_auth_info, MON tickets carry no caps
+	// (a mon reads them from its own database).
+	if e, ok := ks.entities[parent.name]; ok && service != msg.EntityMon {
 		t.caps = encodeCaps(e.Caps[serviceName(service)])
 	}
 	info := serviceTicketInfo{ticket: t, sessionKey: sk}
