@@ -36,7 +36,7 @@ const (
 	// MinConnectionSecret is the shortest connection secret msgr2 secure
 	// mode can use (key 16 and two 12-byte nonces).
 	MinConnectionSecret = 40
-	// maxStatusSecret bounds a connection secret a peer may send.
+	// maxConnSecret bounds a connection secret a peer may send.
 	maxConnSecret = 4096
 )
 
