@@ -28,6 +28,10 @@ import (
 //
 // All methods are safe for concurrent use.
 type Context struct {
+	// progressed: Progress has been called; noProgressArmed: the warning
+	// for callbacks waiting on a context nobody progresses is armed.
+	progressed, noProgressArmed atomic.Bool
+
 	in   *Instance
 	tag  uint16
 	opts ContextOptions
@@ -301,6 +305,11 @@ func (c *Context) finishID(id uint64, reason track.Reason, cause error) bool {
 // ctx.Err() (ErrTimedOut for a deadline, ErrCanceled otherwise). Call does
 // not need the context's progress.
 func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output) error {
+	if len(c.in.opts.CallInterceptors) > 0 {
+		return chainCallInterceptors(c.in.opts.CallInterceptors, func(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output) error {
+			return c.call(ctx, ep, op, in, out, false)
+		})(ctx, ep, op, in, out)
+	}
 	return c.call(ctx, ep, op, in, out, false)
 }
 
@@ -667,6 +676,9 @@ func (c *Context) pushWork(w work) bool {
 	case c.wsig <- struct{}{}:
 	default:
 	}
+	if !c.opts.Auto && !c.progressed.Load() && c.noProgressArmed.CompareAndSwap(false, true) {
+		c.warnIfNoProgress()
+	}
 	return true
 }
 
@@ -725,7 +737,7 @@ func (c *Context) serve(r *Incoming) {
 			}
 		}
 	}()
-	err := h(r)
+	err := c.in.runHandler(r, h)
 	switch {
 	case err != nil:
 		if r.claim(gen) {
@@ -767,6 +779,7 @@ func (c *Context) Progress(timeout time.Duration) (int, error) {
 	if c.opts.Auto {
 		return 0, ErrAutoProgress
 	}
+	c.progressed.Store(true)
 	c.progMu.Lock()
 	defer c.progMu.Unlock()
 	if n := c.runWork(); n > 0 || timeout == 0 {

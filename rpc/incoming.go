@@ -48,6 +48,8 @@ type Incoming struct {
 	ovfLen   int64
 	ovfUntil int64   // while waiting for overflow budget: the origin's deadline in in.now() time (0: none)
 	ovfBuf   *[]byte // the pulled input's pooled buffer (bufpool), until given back
+
+	ctxp atomic.Pointer[incomingCtx] // made by Ctx, cancelled by release
 }
 
 // putOverflow gives the pulled input's buffer back to the pool unless the
@@ -78,6 +80,7 @@ func (r *Incoming) init(in *Instance, c *Context, def *rpcDef, m *msg.Message, h
 // release recycles r. Its state keeps the generation, marked answered.
 // A request whose data segment nobody took gives its buffers back.
 func (r *Incoming) release() {
+	r.endCtx()
 	r.putOverflow()
 	if r.ovfBytes > 0 {
 		r.c.overflowDone(r.ovfBytes)

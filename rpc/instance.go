@@ -67,7 +67,8 @@ type Instance struct {
 	// that connection's reader is reading straight into its buffer.
 	getPlacing sync.Map
 
-	met *rpcMetrics // see metrics.go
+	met       *rpcMetrics                        // see metrics.go
+	intercept func(r *Incoming, h Handler) error // Options.Interceptors chained; nil for none
 }
 
 // New creates an instance (crt_init_opt): it starts a messenger (or
@@ -127,6 +128,7 @@ func New(opts Options) (*Instance, error) {
 			in.rank = o.Rank
 		}
 	}
+	in.intercept = chainInterceptors(o.Interceptors)
 	in.met = newRPCMetrics(in.m.Metrics(), in)
 	in.reg.met = in.met
 	in.group = newGroup(o.Group, in, in.rank, in.uri)

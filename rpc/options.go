@@ -107,6 +107,12 @@ type Options struct {
 	// errors with CodeBusy. Default DefaultIncomingLimit.
 	IncomingLimit int
 
+	// Interceptors wrap the serving of every request (the first is
+	// outermost); CallInterceptors wrap every Context.Call. See
+	// Interceptor and CallInterceptor.
+	Interceptors     []Interceptor
+	CallInterceptors []CallInterceptor
+
 	// Clock is the time source of timeouts and deadlines; default the
 	// system clock. Tests inject a fake one.
 	Clock Clock
@@ -260,7 +266,11 @@ func (o Options) withDefaults() Options {
 type ContextOptions struct {
 	// Auto gives the context its own progress goroutine, which runs
 	// completion callbacks and handlers as they come; Progress must not be
-	// called then.
+	// called then. Without it (the zero value, as CaRT's contexts),
+	// Send's callbacks and the handlers of requests to this context run
+	// only inside Progress: call it in a loop. Call waits without it. A
+	// context whose work has waited NoProgressWarning with Progress never
+	// called logs a warning.
 	Auto bool
 	// CPUs pins the progress goroutine (Auto) to these CPUs on a locked OS
 	// thread, as DAOS pins each xstream to a core. Empty: not pinned.
