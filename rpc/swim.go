@@ -417,7 +417,13 @@ func (s *SWIM) tellRemoved(rank uint32) {
 	s.told[rank] = now
 	s.mu.Unlock()
 	upd := &groupUpdate{version: s.in.group.Version(), op: ModReplace, members: s.in.group.Members()}
-	s.wg.Add(1)
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return
+	}
+	s.wg.Add(1) // before Close waits: it sets closed first
+	s.closeMu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ProposeTimeout)
