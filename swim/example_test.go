@@ -69,3 +69,16 @@ func Example() {
 	// member 0: 2 is dead
 	// member 1: 2 is dead
 }
+
+// The detection arithmetic with the defaults, for a group of 8 and one of
+// 1,024.
+func ExampleDetectionTime() {
+	for _, n := range []int{8, 1024} {
+		d := swim.DetectionTime(swim.Config{}, n)
+		fmt.Printf("n=%d: probe %v, confirmed suspicion %v, expected first death %.1fs, known to all within %v\n",
+			n, d.Probe, d.Suspicion.Round(100*time.Millisecond), d.Expected.Seconds(), d.Bound())
+	}
+	// Output:
+	// n=8: probe 2.7s, confirmed suspicion 4s, expected first death 8.3s, known to all within 29.7s
+	// n=1024: probe 2.7s, confirmed suspicion 12s, expected first death 16.3s, known to all within 52.5s
+}
