@@ -376,6 +376,10 @@ func FuzzEngine(f *testing.F) {
 	f.Add(hello, false)
 	f.Add(AppendFrame(hello, TagAuthRequest, true, (&AuthRequest{Method: 1, PreferredModes: []uint32{1}, Payload: (&AuthNonePayload{Mode: 10}).Append(nil)}).Append(nil)), false)
 	f.Add(AppendFrame(hello, TagAuthDone, true, (&AuthDone{GlobalID: 1, ConMode: 1}).Append(nil)), true)
+	// With the fake method (last byte's bit 2): a request, a challenge.
+	f.Add(append(AppendFrame(hello, TagAuthRequest, true, (&AuthRequest{Method: 2, PreferredModes: []uint32{2, 1},
+		Payload: append(append([]byte{10}, msg.AppendAuthName(nil, msg.AuthName{Type: msg.EntityClient, ID: "admin"})...), 8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)}).Append(nil)), 2), false)
+	f.Add(append(AppendFrame(hello, TagAuthReplyMore, true, (&AuthReplyMore{Payload: seq(0, 8)}).Append(nil)), 2), true)
 	// A banner that offers FeatureNoDataCRC, then a MESSAGE-shaped start.
 	f.Add(AppendFrame(AppendBanner(nil, FeatureRevision1|FeatureNoDataCRC, 0), TagHello, true, (&Hello{EntityType: msg.EntityClient}).Append(nil)), false)
 	f.Fuzz(func(t *testing.T, in []byte, client bool) {
@@ -383,8 +387,14 @@ func FuzzEngine(f *testing.F) {
 		if client {
 			cfg = clientConfig()
 		}
-		// The last input byte's low bit offers FeatureNoDataCRC too.
+		// The last input byte's low bit offers FeatureNoDataCRC too; its
+		// second bit authenticates with the fake cephx-like method,
+		// offering and allowing both modes.
 		cfg.NoDataCRC = len(in) > 0 && in[len(in)-1]&1 == 1
+		if len(in) > 0 && in[len(in)-1]&2 == 2 {
+			cfg.AuthClient, cfg.AuthServer = fakeClient(1), fakeServer(2)
+			cfg.ConModes = modes(ConModeSecure, ConModeCRC)
+		}
 		e := NewEngine(cfg)
 		e.Start()
 		for steps := 0; steps < 10000; steps++ {

@@ -51,7 +51,8 @@ type secureDir struct {
 	aead      cipher.AEAD
 	nonce     [gcmNonceLen]byte
 	initial   [gcmNonceLen]byte
-	usedFirst bool // the initial nonce has been used
+	cur       [gcmNonceLen]byte // the nonce being used (take's result, kept here so as not to allocate)
+	usedFirst bool              // the initial nonce has been used
 }
 
 func newSecureDir(key, nonce []byte) (*secureDir, error) {
@@ -79,9 +80,9 @@ func (d *secureDir) take(tx bool) ([]byte, error) {
 		}
 		d.usedFirst = true
 	}
-	n := d.nonce
+	d.cur = d.nonce
 	binary.LittleEndian.PutUint64(d.nonce[4:], binary.LittleEndian.Uint64(d.nonce[4:])+1)
-	return n[:], nil
+	return d.cur[:], nil
 }
 
 // secureKeys derives one direction's key and nonces from secret: the
@@ -216,7 +217,7 @@ func (t *SecureTx) AppendFrame(b []byte, tag Tag, seg0 []byte, rest ...msg.Buffe
 
 // AppendControl appends the sealed frame carrying control payload f.
 func (t *SecureTx) AppendControl(b []byte, f ControlFrame) ([]byte, error) {
-	return t.AppendFrame(b, f.Tag(), f.Append(nil))
+	return t.AppendFrame(b, f.Tag(), f.Append(t.scratch[:0]))
 }
 
 // AppendMessage appends the sealed MESSAGE frame of header h and the

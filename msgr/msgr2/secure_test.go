@@ -306,3 +306,31 @@ func putLeU64(b []byte, v uint64) {
 		b[i] = byte(v >> (8 * i))
 	}
 }
+
+// Sealing and opening a message allocates nothing.
+func TestSecureAllocs(t *testing.T) {
+	tx, _, _ := NewSecure(seq(0, 64), Client)
+	_, rx, _ := NewSecure(seq(0, 64), Server)
+	h := Header2{Seq: 1}
+	front, data := msg.Buffers{[]byte("front")}, msg.Buffers{seq(0, 4096)}
+	buf := make([]byte, 0, 8192)
+	body := make([]byte, 8192)
+	var inline [secureInline]byte
+	allocs := testing.AllocsPerRun(100, func() {
+		b, err := tx.AppendMessage(buf[:0], &h, front, nil, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre, err := rx.OpenPreamble(b[:SecurePreambleLen], Limits{}, &inline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := copy(body, b[SecurePreambleLen:])
+		if _, err := rx.OpenBody(&pre, inline[:], body[:n]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per message", allocs)
+	}
+}
