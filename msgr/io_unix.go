@@ -39,4 +39,3 @@ func writeFD(fd uintptr, p []byte) (int, error) { return syscall.Write(int(fd), 
 func setRcvLowat(fd uintptr, v int) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v)
 }
-
