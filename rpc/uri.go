@@ -47,7 +47,7 @@ func SelectURI(reg *transport.Registry, uri string) string {
 		if !local {
 			r = 10
 		}
-		if (a.Scheme == "shm" || a.Scheme == "unix") && !socketHere(a.Host) {
+		if !reachableHere(reg, a) {
 			continue
 		}
 		if r < bestRank {
@@ -55,6 +55,19 @@ func SelectURI(reg *transport.Registry, uri string) string {
 		}
 	}
 	return best
+}
+
+// reachableHere reports whether a can be reached from this host: an
+// address of a transport that names a local socket (unix, shm, in either
+// of shm's forms) only if that socket exists here.
+func reachableHere(reg *transport.Registry, a transport.Addr) bool {
+	t, _ := reg.Lookup(a.Scheme)
+	ls, ok := t.(transport.LocalSocket)
+	if !ok {
+		return a.Scheme != "shm" && a.Scheme != "unix" || socketHere(a.Host)
+	}
+	path, err := ls.SocketPath(a)
+	return err == nil && socketHere(path)
 }
 
 // socketHere reports whether path names a Unix socket on this host.

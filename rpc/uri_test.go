@@ -43,3 +43,23 @@ func TestSelectURI(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectURIShmName: shm's name form ("shm://osd.1", a socket named
+// after it under os.TempDir) is chosen when its socket exists here, as
+// the path form is; before, it was never found and TCP was picked.
+func TestSelectURIShmName(t *testing.T) {
+	all := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix(), shm.New())
+	name := "shm://ferry-selecturi-" + filepath.Base(t.TempDir())
+	l, err := all.Listen(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	tcp := "tcp://127.0.0.1:7"
+	if got := rpc.SelectURI(all, tcp+","+name); got != name {
+		t.Errorf("SelectURI(%q) = %q, want the shm name form %q", tcp+","+name, got, name)
+	}
+	if got := rpc.SelectURI(all, tcp+",shm://no-such-name-here"); got != tcp {
+		t.Errorf("an shm name whose socket is not here: %q, want %q", got, tcp)
+	}
+}

@@ -153,6 +153,15 @@ type Unix struct{}
 // NewUnix returns the Unix-domain socket transport.
 func NewUnix() *Unix { return &Unix{} }
 
+// SocketPath returns the socket path of a unix address (its Host): the
+// Unix transport is a transport.LocalSocket.
+func (*Unix) SocketPath(a Addr) (string, error) {
+	if a.Host == "" {
+		return "", &AddrError{Input: a.String(), Reason: "missing path", Err: ErrBadAddr}
+	}
+	return a.Host, nil
+}
+
 // Name returns "unix".
 func (*Unix) Name() string { return "unix" }
 

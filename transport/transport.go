@@ -86,6 +86,15 @@ func PeerPID(c Conn) (int, error) {
 	return 0, ErrUnsupported
 }
 
+// LocalSocket is an optional capability of a Transport whose addresses
+// name a Unix socket on this host (unix, shm): SocketPath returns the
+// path a listener on a binds, so a caller choosing among a peer's
+// addresses can tell whether the peer is on this host (its socket
+// exists here).
+type LocalSocket interface {
+	SocketPath(a Addr) (string, error)
+}
+
 // Listener accepts connections for one transport address. Its methods are
 // safe for concurrent use.
 type Listener interface {

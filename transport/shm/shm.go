@@ -217,6 +217,10 @@ func SocketPath(a transport.Addr) (string, error) {
 	return filepath.Join(os.TempDir(), "ferry-shm-"+a.Host+".sock"), nil
 }
 
+// SocketPath is SocketPath as a method: the shm transport is a
+// transport.LocalSocket.
+func (*Transport) SocketPath(a transport.Addr) (string, error) { return SocketPath(a) }
+
 // Listen listens on the Unix socket of a (see SocketPath). Closing the
 // Listener removes the socket file. Errors match transport.ErrBadConfig,
 // transport.ErrBadAddr, transport.ErrUnknownScheme,
