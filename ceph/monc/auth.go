@@ -17,9 +17,6 @@ import (
 // without cephx.
 var ErrNoCephx = errors.New("monc: client has no cephx state")
 
-// renewRetry is how long the renewal loop waits after a failed renewal.
-const renewRetry = 5 * time.Second
-
 // cephxOf returns the client's cephx state, or ErrNoCephx.
 func (c *Client) cephxOf() (*cephx.Client, error) {
 	if c.cfg.Cephx == nil {
@@ -151,23 +148,19 @@ func (c *Client) handleAuthReply(ctx context.Context, conn *msgr.Conn, cx *cephx
 }
 
 // renewLoop renews tickets when they fall due, until the client closes:
-// it sleeps until cephx.Client.NextRenewal by the client's clock (with a
-// fake clock that does not move, that is a long sleep; tests call
-// RenewTickets themselves).
+// every TickInterval it checks what is due by the client's clock (Ceph's
+// MonClient::tick and _check_auth_tickets) and renews it over the mon
+// session, if one is open.
 func (c *Client) renewLoop() {
 	defer close(c.renewDone)
 	cx := c.cfg.Cephx
+	tick := time.NewTicker(c.cfg.TickInterval)
+	defer tick.Stop()
 	for {
-		wait := time.Minute
-		if next := cx.NextRenewal(); !next.IsZero() {
-			wait = max(next.Sub(c.now()), 0)
-		}
-		t := time.NewTimer(wait)
 		select {
 		case <-c.stop:
-			t.Stop()
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
 		if cx.Need(c.now()) == 0 || c.MonConn() == nil {
 			continue
@@ -175,15 +168,8 @@ func (c *Client) renewLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.HuntTimeout)
 		err := c.RenewTickets(ctx)
 		cancel()
-		if err != nil {
+		if err != nil && !c.isClosed() {
 			c.log.Warn("monc: ticket renewal failed", "err", err)
-			t := time.NewTimer(renewRetry)
-			select {
-			case <-c.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
 		}
 	}
 }

@@ -211,3 +211,38 @@ func TestNoCephx(t *testing.T) {
 		t.Fatal("auth none client has cephx state")
 	}
 }
+
+// TestAutoRenew: the background renewal notices, at its next tick, that
+// the injected clock has made the service tickets due, and renews them
+// over the mon session.
+func TestAutoRenew(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	key := newKey(t, clock)
+	mon := startCephxMon(t, key, clock)
+	cx, err := cephx.NewClient(cephx.ClientConfig{Name: admin, Key: key, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, Config{Mons: []msg.AddrVec{{mon.addr}}, Logger: quiet(), Cephx: cx, MAuthLogin: true, Now: clock.Now, TickInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, _ := cx.Ticket(msg.EntityOSD)
+	clock.Advance(50 * time.Minute)
+	for {
+		if now, _ := cx.Ticket(msg.EntityOSD); now.Expires.After(first.Expires) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the OSD ticket was not renewed in the background")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if cx.Need(clock.Now()) != 0 {
+		t.Fatalf("still due: %#x", cx.Need(clock.Now()))
+	}
+}

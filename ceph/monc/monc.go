@@ -37,6 +37,9 @@ const (
 	// DefaultHuntTimeout bounds one attempt to open a session with one
 	// mon (Ceph's mon_client_hunt_interval is 3 s, backed off).
 	DefaultHuntTimeout = 10 * time.Second
+	// DefaultTickInterval is how often a client checks whether its
+	// tickets are due for renewal (Ceph's MonClient ticks every 10 s).
+	DefaultTickInterval = 10 * time.Second
 )
 
 // Errors.
@@ -145,6 +148,9 @@ type Config struct {
 	// NoAutoRenew turns off the background renewal (tests that drive
 	// RenewTickets with a fake clock).
 	NoAutoRenew bool
+	// TickInterval is how often the background renewal checks, by Now,
+	// whether a ticket is due; default DefaultTickInterval.
+	TickInterval time.Duration
 }
 
 // Client is a mon client. See the package documentation.
@@ -196,6 +202,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.HuntTimeout <= 0 {
 		cfg.HuntTimeout = DefaultHuntTimeout
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = DefaultTickInterval
 	}
 	mc := cfg.Msgr
 	if mc.Logger == nil {

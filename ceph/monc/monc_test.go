@@ -35,7 +35,16 @@ type fakeDaemon struct {
 
 func startFake(t *testing.T, name msg.EntityName) *fakeDaemon {
 	t.Helper()
-	m, err := msgr.New(msgr.Config{Name: name, ZeroNonce: name.Type == msg.EntityMon, Logger: quiet()})
+	return startFakeWith(t, msgr.Config{Name: name})
+}
+
+// startFakeWith is startFake with the messenger config cfg (its auth
+// settings, say).
+func startFakeWith(t *testing.T, cfg msgr.Config) *fakeDaemon {
+	t.Helper()
+	cfg.ZeroNonce = cfg.Name.Type == msg.EntityMon
+	cfg.Logger = quiet()
+	m, err := msgr.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
