@@ -59,8 +59,9 @@ type Config struct {
 	// to this factor. Default 8 (memberlist AwarenessMaxMultiplier).
 	AwarenessMax int
 	// StallThreshold is how late an input may come after Next before the
-	// machine takes the gap as its own delay and shifts every deadline by
-	// it (DAOS's progress-stall rule). Default Period/4.
+	// machine takes it as its own delay (DAOS's progress-stall rule) and
+	// shifts every deadline by the time since its previous input, so each
+	// keeps the time it had left. Default Period/4.
 	StallThreshold time.Duration
 	// QueueLimit bounds the dissemination queue; when full the most
 	// retransmitted entry is dropped. Default 256.

@@ -65,7 +65,8 @@
 //   - Own delays (DAOS's progress-stall rule): an input that comes more
 //     than StallThreshold after Next means the machine itself was not run
 //     (its process was stopped, starved or paused); every deadline moves
-//     by the gap, so the machine does not blame others for its own absence.
+//     by the time since the previous input, keeping what it had left, so
+//     the machine does not blame others for its own absence.
 //   - Own network outages (DAOS's outage rule): a member that has
 //     received nothing for 2/3 of SuspicionTimeout while two or more other
 //     members are not dead declares nobody dead until messages come again;
@@ -114,11 +115,13 @@
 //
 // # Memory and cost
 //
-// A machine holds 9 bytes per member (incarnation and state in parallel
-// slices, no map; 13 with the IDs written out when the members are not
-// the ranks 0…n, as a group built rank by rank is), plus its suspicions, its dissemination queue
-// (at most QueueLimit entries of 24 bytes) and the ping-reqs it serves (at
-// most HelperLimit). Per period it sends about two messages (its ping and
+// A machine holds 9 bytes per member while its members are the ranks
+// 0…n (incarnation and state in parallel slices, no map: a group built
+// rank by rank), 13 once the IDs must be written out; plus about 3.5 KB of
+// its own (the Machine, and room for its outbox, queue and suspicions),
+// its suspicions (80 bytes each), its dissemination queue (at most
+// QueueLimit entries of 40 bytes) and the ping-reqs it serves (at most
+// HelperLimit). Per period it sends about two messages (its ping and
 // its answer to one) of at most 12+17·(3+MaxPiggyback) = 199 bytes with the
 // defaults; no per-tick work grows with the group beyond skipping dead
 // members in the probe order.
