@@ -10,6 +10,10 @@
 //	c, _ := m.Connect("v2:127.0.0.1:3300/0")
 //	c.Send((&ceph.Ping{}).Marshal())
 //
+// Connections authenticate as Config.Auth says (auth none in crc mode by
+// default; cephx and secure mode through the auth.Client and auth.Server
+// its hooks supply), and Conn.Auth reports who the peer proved to be.
+//
 // The protocol itself lives in msgr/msgr2 as a pure state machine; this
 // package moves bytes and time around it. Each connection has one reader
 // and one writer goroutine; the messenger has one dispatch goroutine and

@@ -1,7 +1,10 @@
 // Package msgr2 implements Ceph's msgr2 wire protocol (msgr2.0 and
-// msgr2.1, crc mode): the banner, frames (preamble, segments, epilogue),
-// the control frame payloads, ceph_msg_header2, and the I/O-free protocol
-// engine that drives a connection's handshake and session.
+// msgr2.1 in crc mode, msgr2.1 in secure mode): the banner, frames
+// (preamble, segments, epilogue; AES-128-GCM sealed frames, SecureTx and
+// SecureRx), the control frame payloads, ceph_msg_header2, and the
+// I/O-free protocol engine that drives a connection's handshake
+// (authentication through package auth's interfaces, AUTH_SIGNATURE) and
+// session.
 //
 // The codec does no I/O and allocates nothing on its own: Append functions
 // append to a caller's buffer, and Parse functions return values that alias
