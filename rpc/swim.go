@@ -35,10 +35,14 @@ const (
 	// versions newer than its own, so neither side takes the other's.
 	// When the partition heals, a removed rank that reaches a member is
 	// sent that member's membership; if it is newer than its own, it
-	// applies it and learns it was excluded (EventExcluded). The sides
-	// stay two groups until the application merges them (Propose with
-	// ModAdd) or the excluded ranks restart, at a higher incarnation,
-	// and are re-added by the authority of the side they reach.
+	// applies it and learns it was excluded (EventExcluded). The
+	// authority re-adds a removed rank it hears from at a higher
+	// incarnation than the one it was removed at: one restarted, or one
+	// that refuted a suspicion of itself. So the sides often merge back
+	// into the membership of the side at the higher version, rank by
+	// rank, and may stay apart (two groups, each excluding the other)
+	// when neither condition comes; the application can merge them with
+	// Propose (ModAdd).
 	AuthorityLowestLive Authority = iota
 	// AuthorityRank: only SWIMOptions.AuthorityRank proposes, as above.
 	// If that rank is dead, the version does not change.

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrymsg/ferry/internal/faulttest"
 	"github.com/ferrymsg/ferry/swim"
 )
 
@@ -54,9 +55,18 @@ func writeGroupFile(t *testing.T, n int) string {
 // "listening" line.
 func startMember(t *testing.T, bin, file string, rank int) *groupMember {
 	t.Helper()
+	return startMemberCmd(t, rank, func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, bin, args...)
+	}, file)
+}
+
+// startMemberCmd is startMember with the command made by mk (to run it
+// in a network namespace).
+func startMemberCmd(t *testing.T, rank int, mk func(ctx context.Context, args ...string) *exec.Cmd, file string) *groupMember {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, bin, "serve", "--group", file, "--rank", fmt.Sprint(rank), "--swim")
+	cmd := mk(ctx, "serve", "--group", file, "--rank", fmt.Sprint(rank), "--swim")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +88,9 @@ func startMember(t *testing.T, bin, file string, rank int) *groupMember {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		<-p.exited
+		if t.Failed() {
+			t.Logf("rank %d stderr (last 4 KiB):\n%s", rank, tail(p.stderr.String(), 4<<10))
+		}
 	})
 	select {
 	case line := <-lines:
@@ -136,10 +149,17 @@ type groupStatJSON struct {
 
 func groupStat(t *testing.T, bin, file string) (groupStatJSON, time.Duration) {
 	t.Helper()
+	return groupStatCmd(t, func(ctx context.Context, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, bin, args...)
+	}, file)
+}
+
+func groupStatCmd(t *testing.T, mk func(ctx context.Context, args ...string) *exec.Cmd, file string) (groupStatJSON, time.Duration) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, "group", "stat", "--group", file, "--json", "--timeout", "5s").Output()
+	out, err := mk(ctx, "group", "stat", "--group", file, "--json", "--timeout", "5s").Output()
 	took := time.Since(start)
 	if ctx.Err() != nil {
 		t.Fatalf("ferry group stat did not finish in 30s")
@@ -282,4 +302,84 @@ func TestGroupSWIMProcesses(t *testing.T) {
 	if !strings.Contains(string(out), "rank 4 failed: excluded") || !strings.Contains(string(out), "4 of 5 ranks answered") {
 		t.Errorf("text output:\n%s", out)
 	}
+}
+
+// Ranks 0-2 in one network namespace and 3-4 in another, joined by a
+// veth link that is taken down without resetting anything: each side
+// declares the other dead within SWIM's bound, with no false positive
+// inside a side, and each side's lowest live rank removes the other side
+// (Authority's documented partition behaviour). Once the link is back,
+// ferry group stat from side 0 answers for 0-2 and lists each of 3 and 4
+// as excluded, or answered if side 0's authority re-added it.
+func TestGroupPartitionNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for SWIM's detection bound")
+	}
+	pair := faulttest.NewPair(t)
+	bin := fastBinary(t)
+	side := []int{0, 0, 0, 1, 1}
+	var b strings.Builder
+	b.WriteString("name ferrynet\n")
+	for r, sd := range side {
+		fmt.Fprintf(&b, "%d tcp://%s:%d\n", r, pair.Addr[sd], 27100+r)
+	}
+	file := filepath.Join(t.TempDir(), "ferrynet.attach_info")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := func(sd int) func(ctx context.Context, args ...string) *exec.Cmd {
+		return func(ctx context.Context, args ...string) *exec.Cmd { return pair.Command(ctx, sd, bin, args...) }
+	}
+	var ps []*groupMember
+	for r, sd := range side {
+		ps = append(ps, startMemberCmd(t, r, in(sd), file))
+	}
+	// All five alive, from everyone's view.
+	res, _ := groupStatCmd(t, in(0), file)
+	if !slices.Equal(res.Answered, []uint32{0, 1, 2, 3, 4}) {
+		t.Fatalf("before the partition: %+v", res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pair.SetLink(ctx, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	// A partitioned rank's own probes fail without the helpers' nacks,
+	// so its local health (Lifeguard) stretches its timeouts: the crash
+	// bound does not hold for a partition. Allow half as much again.
+	bound := swim.DetectionTime(swim.Config{}, len(side)).Worst * 3 / 2
+	for r, sd := range side {
+		for o, osd := range side {
+			if sd != osd {
+				waitLog(t, []*groupMember{ps[r]}, memberLine(o, "dead"), bound-time.Since(down))
+			}
+		}
+	}
+	t.Logf("each side knew the other dead %v after the link went down (bound %v)", time.Since(down).Round(100*time.Millisecond), bound)
+	for r, sd := range side {
+		for o, osd := range side {
+			if sd == osd && memberLine(o, "dead").MatchString(ps[r].stderr.String()) {
+				t.Errorf("rank %d declared rank %d of its own side dead", r, o)
+			}
+		}
+	}
+	if err := pair.SetLink(ctx, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // a few periods with the link back
+	// Side 1's ranks are excluded from side 0's group, or re-added if
+	// side 0's authority heard them at a higher incarnation (they refuted
+	// a suspicion of themselves): either way every rank is accounted for,
+	// side 0 answers, and none is lost to a timeout.
+	res, _ = groupStatCmd(t, in(0), file)
+	if len(res.Answered)+len(res.Failed) != len(side) || !slices.Contains(res.Answered, 0) || !slices.Contains(res.Answered, 1) || !slices.Contains(res.Answered, 2) {
+		t.Fatalf("after the partition: %+v", res)
+	}
+	for _, f := range res.Failed {
+		if f.Reason != "excluded" || side[f.Rank] != 1 {
+			t.Errorf("rank %d failed with %q, want excluded (side 1 only)", f.Rank, f.Reason)
+		}
+	}
+	t.Logf("after the link came back: answered %v, failed %v", res.Answered, res.Failed)
 }
