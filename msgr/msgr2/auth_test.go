@@ -541,3 +541,40 @@ func TestSecureEngineBadInput(t *testing.T) {
 		t.Fatalf("replay: %v after %v", s.err, kinds(s.events))
 	}
 }
+
+// A secure engine whose send nonces run out refuses to seal: the Append
+// methods fail (or record TxErr) and nothing is appended.
+func TestSecureEngineNonceExhaustion(t *testing.T) {
+	c, s := authPair(t, []uint32{ConModeSecure}, []uint32{ConModeSecure}, nil)
+	if err := s.e.Accept(7, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	run(t, c, s)
+	if !c.e.Ready() {
+		t.Fatal("not ready")
+	}
+	d := c.e.tx.d
+	copy(d.nonce[:], d.initial[:])
+	putLeU64(d.nonce[4:], leU64(d.initial[4:])-2) // two nonces left
+	if b := c.e.AppendKeepalive([]byte("x"), Stamp{1, 2}); len(b) != 1+SecurePreambleLen || c.e.TxErr() != nil {
+		t.Fatalf("one of the last nonces: %d bytes, %v", len(b), c.e.TxErr())
+	}
+	// A message needs two: the last one is used up, and the frame dropped.
+	h := Header2{Seq: 1}
+	b, err := c.e.AppendMessage([]byte("x"), &h, msg.Buffers{[]byte("f")}, nil, nil)
+	if !errors.Is(err, ErrNonceExhausted) || string(b) != "x" {
+		t.Fatalf("message needing two nonces: %v, %d bytes", err, len(b))
+	}
+	if b = c.e.AppendAck([]byte("x"), 1); string(b) != "x" || !errors.Is(c.e.TxErr(), ErrNonceExhausted) {
+		t.Fatalf("past the last nonce: %d bytes, %v", len(b), c.e.TxErr())
+	}
+	if _, err := c.e.AppendControl(nil, Ack{Seq: 1}); !errors.Is(err, ErrNonceExhausted) {
+		t.Fatalf("AppendControl: %v", err)
+	}
+	// crc mode has no AppendMessage.
+	cc, sc := authPair(t, []uint32{ConModeCRC}, []uint32{ConModeCRC}, nil)
+	_ = sc
+	if _, err := cc.e.AppendMessage(nil, &h, nil, nil, nil); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("AppendMessage in crc mode: %v", err)
+	}
+}
