@@ -426,12 +426,17 @@ func (g *Group) apply(op ModOp, ms []Member, version uint32) error {
 		g.excluded = version
 		g.mu.Unlock()
 		g.watch.emit(MemberEvent{Kind: EventExcluded, Rank: self, Version: version})
+	} else if op == ModReplace && self != RankNone {
+		g.mu.Lock()
+		g.excluded = 0 // a membership that lists it again
+		g.mu.Unlock()
 	}
 	return nil
 }
 
 // ExcludedAt returns the group version that left this instance out of
-// the membership, or 0 if it has not learned of one.
+// the membership, or 0 if it has not learned of one or a later
+// membership lists it again.
 func (g *Group) ExcludedAt() uint32 {
 	g.mu.RLock()
 	defer g.mu.RUnlock()

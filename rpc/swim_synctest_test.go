@@ -187,6 +187,9 @@ func TestSWIMRestartedRankRejoins(t *testing.T) {
 		// (It may first be told it was excluded, or hear of its re-adding
 		// first; either way it ends a member.)
 		t.Logf("restarted rank's events: %v", log.all())
+		if at := re.Group().ExcludedAt(); at != 0 {
+			t.Fatalf("re-added rank 3 still has ExcludedAt %d", at)
+		}
 		if st, _, _ := srv[0].Group().State(3); st != rpc.MemberAlive {
 			t.Fatalf("rank 3 is %v at rank 0", st)
 		}
