@@ -32,6 +32,7 @@ type ClientConfig struct {
 	// besides AUTH; zero means DefaultWant.
 	Want uint32
 	// Rand is the source of challenges and nonces; nil means crypto/rand.
+	// It is read under a lock: it need not be safe for concurrent use.
 	Rand io.Reader
 	// Now is the clock tickets are timed by; nil means time.Now.
 	Now func() time.Time
@@ -96,6 +97,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if c.rand == nil {
 		c.rand = rand.Reader
+	} else {
+		c.rand = &lockedReader{r: c.rand}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -195,6 +198,20 @@ func (c *Client) Reset() {
 	c.tickets = map[msg.EntityType]*Ticket{}
 	c.serverChallenge = 0
 	c.pendingAuth = nil
+}
+
+// lockedReader serializes reads of a given random source: connections
+// share their Client, KeyServer or Verifier, and a source such as a
+// seeded generator is not safe for concurrent use.
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(p)
 }
 
 func (c *Client) random64() (uint64, error) {

@@ -754,3 +754,43 @@ func TestReclaimedGlobalIDNotReassigned(t *testing.T) {
 		t.Fatalf("fresh login after the reclaim got %d, want 4201", r.GlobalID)
 	}
 }
+
+// Many clients log in and renew at once on one key server, and one
+// session takes MAuth requests from several goroutines (go test -race).
+func TestConcurrentSessions(t *testing.T) {
+	cl := newCluster(t, nil)
+	_, _, s := cl.login(t, cl.admin, auth.ConModeCRC)
+	v := cl.osdVerifier(t)
+	done := make(chan error, 24)
+	for i := range 8 {
+		go func() {
+			var err error
+			for j := 0; j < 20 && err == nil; j++ {
+				_, _, err = exchange(cl.admin.Handler(), v.Handler(), msg.EntityClient, msg.EntityOSD, auth.ConModeSecure)
+			}
+			done <- err
+		}()
+		go func() {
+			c, err := NewClient(ClientConfig{Name: name(t, "client.admin"), Key: keyFrom(1), Rand: seeded(uint64(100 + i)), Now: cl.clk.now})
+			if err == nil {
+				_, _, err = exchange(c.Handler(), cl.ks.Handler(), msg.EntityClient, msg.EntityMon, auth.ConModeSecure)
+			}
+			done <- err
+		}()
+		go func() {
+			p, err := cl.admin.ServiceTicketRequest(ServiceMask(msg.EntityOSD))
+			if err == nil {
+				var ans MAuthAnswer
+				if ans, err = s.HandleMAuth(MAuthProtocolCephx, p); err == nil {
+					_, err = cl.admin.HandleMAuthReply(ans.Result, ans.GlobalID, ans.ResultBL)
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 24 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

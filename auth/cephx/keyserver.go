@@ -57,6 +57,7 @@ type KeyServerConfig struct {
 	// DefaultFirstGlobalID.
 	FirstGlobalID uint64
 	// Rand is the source of keys and challenges; nil means crypto/rand.
+	// It is read under a lock: it need not be safe for concurrent use.
 	Rand io.Reader
 	// Now is the clock of tickets and rotation; nil means time.Now.
 	Now func() time.Time
@@ -106,6 +107,8 @@ func NewKeyServer(cfg KeyServerConfig) (*KeyServer, error) {
 	}
 	if ks.rand == nil {
 		ks.rand = rand.Reader
+	} else {
+		ks.rand = &lockedReader{r: ks.rand}
 	}
 	if ks.now == nil {
 		ks.now = time.Now
@@ -319,9 +322,13 @@ const (
 // MonSession is the server side of one client's mon session: the login
 // (as an auth.Server over msgr2, or through HandleMAuth over msgr1) and
 // the MAuth requests that follow it (AUTH ticket renewal, service
-// tickets, rotating secrets). It is used by one connection at a time.
+// tickets, rotating secrets). It is safe for concurrent use (a
+// connection's dispatcher may handle its MAuth messages on any
+// goroutine), though a connection's requests are meant to come in order.
 type MonSession struct {
-	ks        *KeyServer
+	ks *KeyServer
+
+	mu        sync.Mutex // held by the exported methods; before ks.mu
 	name      msg.AuthName
 	globalID  uint64
 	gidStatus int
@@ -337,13 +344,25 @@ func (s *MonSession) Methods(msg.EntityType) []uint32 { return []uint32{auth.Met
 
 // Name returns the session's entity (empty before the login's first
 // request).
-func (s *MonSession) Name() msg.AuthName { return s.name }
+func (s *MonSession) Name() msg.AuthName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.name
+}
 
 // GlobalID returns the session's global id.
-func (s *MonSession) GlobalID() uint64 { return s.globalID }
+func (s *MonSession) GlobalID() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.globalID
+}
 
 // Authenticated reports whether the session's login has completed.
-func (s *MonSession) Authenticated() bool { return s.authed }
+func (s *MonSession) Authenticated() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.authed
+}
 
 // Handle processes a msgr2 mon-mode login: the first payload (mode, name,
 // global id) is answered with a server challenge, the second
@@ -351,6 +370,8 @@ func (s *MonSession) Authenticated() bool { return s.authed }
 // connection secret (64 bytes in secure mode) and the requested service
 // tickets.
 func (s *MonSession) Handle(method uint32, peerType msg.EntityType, conMode uint32, first bool, payload []byte) (auth.Reply, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if method != auth.MethodCephx {
 		return auth.Reply{}, &StatusError{Status: StatusEOPNOTSUPP, Op: "auth request", Err: fmt.Errorf("%w: method %d", auth.ErrDenied, method)}
 	}
@@ -585,6 +606,8 @@ type MAuthAnswer struct {
 // rotating secrets). A refusal is an answer with a negative Result, and
 // the error says why.
 func (s *MonSession) HandleMAuth(protocol uint32, payload []byte) (MAuthAnswer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ans, err := s.handleMAuth(protocol, payload)
 	if err != nil {
 		return MAuthAnswer{Protocol: protocol, Result: Status(err), GlobalID: s.globalID}, err

@@ -31,7 +31,8 @@ type VerifierConfig struct {
 	// static) directly, and Rotating and SetRotating are not needed.
 	KeyServer *KeyServer
 	// Rand is the source of challenges and connection secrets; nil means
-	// crypto/rand.
+	// crypto/rand. It is read under a lock: it need not be safe for
+	// concurrent use.
 	Rand io.Reader
 	// Now is the clock ticket expiry is checked against; nil means
 	// time.Now.
@@ -68,6 +69,8 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	}
 	if v.rand == nil {
 		v.rand = rand.Reader
+	} else {
+		v.rand = &lockedReader{r: v.rand}
 	}
 	if v.now == nil {
 		v.now = time.Now
