@@ -412,3 +412,34 @@ func echoServerNamed(t *testing.T, name msg.EntityName, cfg msgr.Config) *msgr.M
 	t.Cleanup(s.Shutdown)
 	return s
 }
+
+// TestConnectTypeBeforeHandshake: the type given to ConnectType is the
+// connection's (and its policy's) before the handshake starts, so
+// Auth.ClientFor sees it (it was set after the connection's goroutine
+// started, and ClientFor sometimes saw type 0: a mon client that logs in
+// with MAuth then offered cephx to its mon).
+func TestConnectTypeBeforeHandshake(t *testing.T) {
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", authConfig(adminKey))
+	ccfg := authConfig(adminKey)
+	seen := make(chan msg.EntityType, 64)
+	inner := ccfg.Auth.ClientFor
+	ccfg.Auth.ClientFor = func(c *msgr.Conn) (auth.Client, error) {
+		seen <- c.PeerType()
+		return inner(c)
+	}
+	c, _ := newClient(t, transport.Default, ccfg)
+	c.SetPolicy(msg.EntityOSD, msgr.LossyClient())
+	for i := 0; i < 32; i++ {
+		conn, err := c.ConnectType(s.ListenAddrs()[0], msg.EntityOSD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := <-seen; got != msg.EntityOSD {
+			t.Fatalf("attempt %d: ClientFor saw peer type %v, want osd", i, got)
+		}
+		if !conn.Policy().Lossy {
+			t.Fatalf("attempt %d: policy %+v, want the osd policy", i, conn.Policy())
+		}
+		conn.MarkDown()
+	}
+}

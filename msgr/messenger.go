@@ -298,7 +298,12 @@ func (m *Messenger) Wait() { <-m.stoppedCh }
 // (Ceph's get_connection). It does not wait: the connection is set up in
 // the background, and messages sent meanwhile are queued. Use Conn.Ready
 // to wait for the handshake.
-func (m *Messenger) Connect(addr string) (*Conn, error) {
+func (m *Messenger) Connect(addr string) (*Conn, error) { return m.connect(addr, 0) }
+
+// connect is Connect; a new connection to a peer of a known type (peer
+// not 0) gets that type and its policy before its goroutine starts, so
+// the handshake (and Config.Auth.ClientFor) sees them.
+func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 	ta, err := transport.ParseAddr(addr)
 	if err != nil {
 		return nil, err
@@ -325,6 +330,10 @@ func (m *Messenger) Connect(addr string) (*Conn, error) {
 	// The peer's type is unknown until HELLO; the default policy applies
 	// until then (Ceph too picks the policy from the expected peer type).
 	c := m.newConn(true, m.defaultPolicy)
+	if peer != 0 {
+		c.policy = m.policyLocked(peer)
+		c.peerName.Type = peer
+	}
 	c.target = ta
 	c.targetKey = key
 	m.outgoing[key] = c
@@ -375,7 +384,7 @@ func (m *Messenger) globalSeqAbove(seq uint64) uint64 {
 // ConnectType is Connect with the expected peer type, which selects the
 // policy (Ceph's get_connection with an entity_inst).
 func (m *Messenger) ConnectType(addr string, peer msg.EntityType) (*Conn, error) {
-	c, err := m.Connect(addr)
+	c, err := m.connect(addr, peer)
 	if err != nil {
 		return nil, err
 	}
