@@ -5,17 +5,26 @@ import (
 	"testing"
 )
 
-// BenchmarkQueue is the scheduler's steady state at 10,000 ranks: about
-// 20,000 events pending, each pop followed by a push up to a second on.
+// BenchmarkQueue is the scheduler's steady state at 10,000 ranks: a timer
+// per rank about a second apart, each firing sends a message (100 µs -
+// 2 ms), and each message delivered sends an answer half the time.
 func BenchmarkQueue(b *testing.B) {
 	rnd := rand.New(rand.NewPCG(1, 1))
 	var q queue
-	for range 20000 {
-		q.push(event{at: rnd.Int64N(1e9)})
+	for r := range 10000 {
+		q.push(event{at: rnd.Int64N(1e9), kind: evTick, rank: uint32(r)})
 	}
 	b.ResetTimer()
 	for range b.N {
 		e := q.pop()
-		q.push(event{at: e.at + rnd.Int64N(1e9)})
+		switch e.kind {
+		case evTick:
+			q.push(event{at: e.at + 5e8 + rnd.Int64N(1e9), kind: evTick, rank: e.rank})
+			q.push(event{at: e.at + 1e5 + rnd.Int64N(19e5), kind: evDeliver})
+		case evDeliver:
+			if rnd.IntN(2) == 0 {
+				q.push(event{at: e.at + 1e5 + rnd.Int64N(19e5), kind: evDeliver})
+			}
+		}
 	}
 }

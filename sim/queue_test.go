@@ -13,7 +13,7 @@ func TestQueueOrder(t *testing.T) {
 	var q queue
 	var want []event
 	for i := range 5000 {
-		e := event{at: rnd.Int64N(50), rank: uint32(i)}
+		e := event{at: rnd.Int64N(50), rank: uint32(i), kind: uint8(1 + i%3)} // ticks, deliveries, crashes: both heaps
 		q.push(e)
 		e.seq = q.seq
 		want = append(want, e)
