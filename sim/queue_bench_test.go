@@ -12,14 +12,14 @@ func BenchmarkQueue(b *testing.B) {
 	rnd := rand.New(rand.NewPCG(1, 1))
 	var q queue
 	for r := range 10000 {
-		q.push(event{at: rnd.Int64N(1e9), kind: evTick, rank: uint32(r)})
+		q.setTick(uint32(r), rnd.Int64N(1e9))
 	}
 	b.ResetTimer()
 	for range b.N {
 		e := q.pop()
 		switch e.kind {
 		case evTick:
-			q.push(event{at: e.at + 5e8 + rnd.Int64N(1e9), kind: evTick, rank: e.rank})
+			q.setTick(e.rank, e.at+5e8+rnd.Int64N(1e9))
 			q.push(event{at: e.at + 1e5 + rnd.Int64N(19e5), kind: evDeliver})
 		case evDeliver:
 			if rnd.IntN(2) == 0 {

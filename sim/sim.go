@@ -486,7 +486,7 @@ func (s *sim) arm(r uint32, ticked bool) {
 		return
 	}
 	n.timer = next
-	s.q.push(event{at: next, kind: evTick, rank: r})
+	s.q.setTick(r, next)
 }
 
 // drain sends what rank r's machine put in its outbox, records its
