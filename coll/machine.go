@@ -129,6 +129,12 @@ type Config[T any] struct {
 	// accumulator; the first value in the order is the initial
 	// accumulator. nil keeps the first value and drops the others.
 	Aggregate func(acc, v T) T
+	// Combine is Aggregate for functions that can fail; it is used
+	// instead of Aggregate when set. When it fails, the accumulator is
+	// left as it was and the ranks whose answers the value held (the
+	// contributor's subtree, less those already failed) are listed as
+	// failed with ReasonHandler, via the contributor.
+	Combine func(acc, v T) (T, error)
 	// Order is the order values are combined in (OrderArrival by default).
 	Order Order
 	// Deadline is when Tick ends the collective with what it has (0:
@@ -397,7 +403,7 @@ func (m *Machine[T]) arrive(i int, v T, has bool) {
 func (m *Machine[T]) advance() {
 	if m.cfg.Order == OrderTree {
 		for m.next < len(m.slots) && m.slots[m.next].state != pending {
-			m.combine(&m.slots[m.next])
+			m.combine(m.next)
 			m.next++
 		}
 		return
@@ -410,16 +416,24 @@ func (m *Machine[T]) advance() {
 	}
 	for i := range m.slots {
 		if m.slots[i].state == arrived {
-			m.combine(&m.slots[i])
+			m.combine(i)
 		}
 	}
 }
 
-func (m *Machine[T]) combine(s *slot[T]) {
+func (m *Machine[T]) combine(i int) {
+	s := &m.slots[i]
 	if s.state == arrived && s.has {
 		switch {
 		case !m.hasAcc:
 			m.acc, m.hasAcc = s.v, true
+		case m.cfg.Combine != nil:
+			acc, err := m.cfg.Combine(m.acc, s.v)
+			if err != nil {
+				m.combineFailed(i, err)
+				break
+			}
+			m.acc = acc
 		case m.cfg.Aggregate != nil:
 			m.acc = m.cfg.Aggregate(m.acc, s.v)
 		}
@@ -429,6 +443,20 @@ func (m *Machine[T]) combine(s *slot[T]) {
 	}
 	var zero T
 	s.v = zero
+}
+
+// combineFailed lists the ranks whose answers slot i's value held.
+func (m *Machine[T]) combineFailed(i int, err error) {
+	s := &m.slots[i]
+	detail := cut("aggregating: " + err.Error())
+	sub := []Rank{s.rank}
+	if i >= m.local {
+		sub = m.cfg.Tree.Subtree(s.rank)
+	}
+	// Failures listed earlier win when Result compacts them.
+	for _, r := range sub {
+		m.failures = append(m.failures, Failure{Rank: r, Reason: ReasonHandler, Via: s.rank, Detail: detail})
+	}
 }
 
 func (m *Machine[T]) check() {

@@ -320,3 +320,25 @@ func TestMachineAbortAndEdges(t *testing.T) {
 		t.Fatalf("tree order: %+v", r)
 	}
 }
+
+func TestMachineCombineError(t *testing.T) {
+	tr := mustTree(t, KAry(2), seq(5), 0) // 0 → {1, 2}, 1 → {3, 4}
+	m, _ := New(Config[int]{Tree: tr, Self: 0, Local: true, Order: OrderTree, Combine: func(a, b int) (int, error) {
+		if b < 0 {
+			return 0, errors.New("negative")
+		}
+		return a + b, nil
+	}})
+	m.Local(1)
+	m.Reply(1, Report[int]{Value: -1, HasValue: true, Failed: []Failure{{Rank: 4, Reason: ReasonTimedOut, Via: 4}}})
+	m.Reply(2, Report[int]{Value: 2, HasValue: true})
+	res, _ := m.Result()
+	want := []Failure{
+		{Rank: 1, Reason: ReasonHandler, Via: 1, Detail: "aggregating: negative"},
+		{Rank: 3, Reason: ReasonHandler, Via: 1, Detail: "aggregating: negative"},
+		{Rank: 4, Reason: ReasonTimedOut, Via: 4},
+	}
+	if res.Value != 3 || !slices.Equal(res.Failed, want) || !slices.Equal(res.Answered, []Rank{0, 2}) {
+		t.Fatalf("%+v", res)
+	}
+}
