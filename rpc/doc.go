@@ -155,6 +155,24 @@
 // partition and SWIMOptions for the defaults and the detection bound
 // (26.7 s for 5 ranks).
 //
+// # Collectives
+//
+// Context.Broadcast runs a collective RPC (CaRT's corpc) rooted at this
+// rank: it goes down a tree of a chosen topology (flat, k-ary, k-nomial
+// with a ratio, encoded as CaRT encodes them) over the group or a subset
+// of it, less excluded ranks; every rank runs the collective's handler,
+// forwards to its children (OpCollective, with the collective header
+// naming root, group version, topology, filter and id), combines their
+// replies with the collective's aggregation function and replies to its
+// parent. Collectives are registered with RegisterCollective, their
+// aggregation function with them. A rank whose group version differs
+// from the root's refuses. The result holds the aggregate and, beyond
+// CaRT's one error per subtree, every rank that answered and every rank
+// that failed or did not answer with its reason (a failed forward lists
+// its whole subtree, via the rank it failed on). A deadline, an abort
+// (ctx) or a rank dying always ends a collective with a result. The tree
+// and the aggregation are package coll's pure machine.
+//
 // # Bulk transfers
 //
 // NewBulk registers a scatter-gather list of byte slices as read-only

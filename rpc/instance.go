@@ -26,6 +26,7 @@ type Instance struct {
 	rank  uint32
 	group *Group
 	reg   registry
+	colls collRegistry // collectives (collective.go)
 	clock Clock
 	epoch time.Time // origin of the monotonic nanoseconds the trackers use
 

@@ -1,0 +1,538 @@
+package rpc_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/coll"
+	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/inproc"
+)
+
+// The test collectives: every rank answers its rank as 4 bytes; the
+// aggregate is the concatenation, so it names who answered and in which
+// order.
+const collBase = 0x42
+
+var (
+	opRanks     = rpc.MakeOpcode(collBase, 1, 0) // arrival order
+	opRanksTree = rpc.MakeOpcode(collBase, 1, 1) // tree order
+)
+
+// collHooks lets a test change one rank's handler.
+type collHooks struct {
+	mu sync.Mutex
+	// before runs at the start of the handler of rank; a non-nil error
+	// fails it.
+	before map[uint32]func(ctx context.Context) error
+	ran    map[uint32]int // handler runs per rank
+}
+
+func (h *collHooks) set(rank uint32, f func(ctx context.Context) error) {
+	h.mu.Lock()
+	h.before[rank] = f
+	h.mu.Unlock()
+}
+
+func (h *collHooks) runs(rank uint32) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ran[rank]
+}
+
+func concatAgg(acc, v []byte) ([]byte, error) { return append(acc, v...), nil }
+
+func decodeRanks(b []byte) []uint32 {
+	out := make([]uint32, 0, len(b)/4)
+	for ; len(b) >= 4; b = b[4:] {
+		out = append(out, binary.LittleEndian.Uint32(b))
+	}
+	return out
+}
+
+func (h *collHooks) protocol() rpc.CollectiveProtocol {
+	handler := func(ctx context.Context, r *rpc.CollectiveRequest) (rpc.Input, error) {
+		var in rpc.Bytes
+		if err := r.Decode(&in); err != nil {
+			return nil, err
+		}
+		if string(in) != "collective input" {
+			return nil, fmt.Errorf("input %q", in)
+		}
+		h.mu.Lock()
+		h.ran[r.Rank]++
+		f := h.before[r.Rank]
+		h.mu.Unlock()
+		if f != nil {
+			if err := f(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return rpc.Bytes(binary.LittleEndian.AppendUint32(nil, r.Rank)), nil
+	}
+	return rpc.CollectiveProtocol{Name: "ranks", Base: collBase, Version: 1, RPCs: []rpc.CollectiveRPC{
+		{Name: "ranks", Handler: handler, Aggregate: concatAgg},
+		{Name: "ranks-tree", Handler: handler, Aggregate: concatAgg, Order: coll.OrderTree},
+	}}
+}
+
+// collGroup starts n ranks over an in-process network that all know
+// each other at group version 1, with the test collectives registered.
+func collGroup(t testing.TB, n int) (*inproc.Network, []*rpc.Instance, *collHooks) {
+	t.Helper()
+	nw := inproc.NewNetwork()
+	prefix := fmt.Sprintf("inproc://coll%d-", netSeq.Add(1))
+	h := &collHooks{before: map[uint32]func(context.Context) error{}, ran: map[uint32]int{}}
+	ins := make([]*rpc.Instance, n)
+	for i := range n {
+		// Each rank dials from its own name, so that Partition can cut
+		// two ranks apart.
+		name := fmt.Sprintf("%srank%d", prefix, i)
+		in, err := rpc.New(rpc.Options{Listen: name, Rank: uint32(i), Logger: quietLogger(), Transports: transport.NewRegistry(nw.Node(name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close() })
+		if _, err := in.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.RegisterCollective(h.protocol()); err != nil {
+			t.Fatal(err)
+		}
+		ins[i] = in
+	}
+	joinAll(t, ins, 1)
+	return nw, ins, h
+}
+
+// tcpCollGroup is collGroup over loopback TCP.
+func tcpCollGroup(t testing.TB, n int) ([]*rpc.Instance, *collHooks) {
+	t.Helper()
+	h := &collHooks{before: map[uint32]func(context.Context) error{}, ran: map[uint32]int{}}
+	ins := make([]*rpc.Instance, n)
+	for i := range n {
+		in, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Rank: uint32(i), Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close() })
+		if _, err := in.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.RegisterCollective(h.protocol()); err != nil {
+			t.Fatal(err)
+		}
+		ins[i] = in
+	}
+	joinAll(t, ins, 1)
+	return ins, h
+}
+
+// joinAll makes every instance know every other at version ver.
+func joinAll(t testing.TB, ins []*rpc.Instance, ver uint32) {
+	t.Helper()
+	for i, in := range ins {
+		var ms []rpc.Member
+		for j, o := range ins {
+			if j != i {
+				ms = append(ms, rpc.Member{Rank: o.Rank(), URI: o.URI()})
+			}
+		}
+		if len(ms) == 0 {
+			if err := in.Group().Modify(rpc.ModReplace, nil, ver); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := in.Group().Modify(rpc.ModAdd, ms, ver); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func broadcast(t *testing.T, in *rpc.Instance, d rpc.CollectiveDesc) *rpc.CollectiveResult {
+	t.Helper()
+	if d.Input == nil {
+		d.Input = rpc.Bytes("collective input")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := in.Context(0).Broadcast(ctx, d)
+	if err != nil {
+		t.Fatalf("broadcast: %v", err)
+	}
+	return res
+}
+
+func ranksUpTo(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i)
+	}
+	return out
+}
+
+var collTopologies = []coll.Topology{coll.Flat(), coll.KAry(2), coll.KAry(4), coll.KNomial(2), coll.KNomial(4)}
+
+// TestCollectiveTopologies: over 1, 2, 3 and 64 ranks and every topology,
+// every rank runs the handler once and the aggregate holds every rank;
+// with tree order, in the tree's pre-order.
+func TestCollectiveTopologies(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 64} {
+		_, ins, h := collGroup(t, n)
+		for ti, topo := range collTopologies {
+			for _, op := range []rpc.Opcode{opRanks, opRanksTree} {
+				root := uint32((ti * 7) % n)
+				name := fmt.Sprintf("n%d/%v/root%d/op%v", n, topo, root, op)
+				before := make([]int, n)
+				for r := range n {
+					before[r] = h.runs(uint32(r))
+				}
+				res := broadcast(t, ins[root], rpc.CollectiveDesc{Opcode: op, Topology: topo})
+				if len(res.Failed) != 0 {
+					t.Fatalf("%s: failed %v", name, res.Failed)
+				}
+				if !slices.Equal(res.Answered, ranksUpTo(n)) {
+					t.Fatalf("%s: answered %v", name, res.Answered)
+				}
+				got := decodeRanks(res.Aggregate)
+				if op == opRanksTree {
+					tree, _ := coll.NewTree(topo, ranksUpTo(n), root)
+					var pre []uint32
+					var walk func(r uint32)
+					walk = func(r uint32) {
+						pre = append(pre, r)
+						for _, c := range tree.Children(r) {
+							walk(c)
+						}
+					}
+					walk(root)
+					if !slices.Equal(got, pre) {
+						t.Fatalf("%s: tree-order aggregate %v, want %v", name, got, pre)
+					}
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, ranksUpTo(n)) {
+					t.Fatalf("%s: aggregate %v", name, got)
+				}
+				for r := range n {
+					if h.runs(uint32(r)) != before[r]+1 {
+						t.Fatalf("%s: rank %d ran %d times", name, r, h.runs(uint32(r))-before[r])
+					}
+				}
+			}
+		}
+	}
+}
+
+func wantFailed(t *testing.T, res *rpc.CollectiveResult, rank uint32, reason coll.Reason, via uint32, sentinel error) {
+	t.Helper()
+	f, ok := res.FailedRank(rank)
+	if !ok {
+		t.Fatalf("rank %d not failed; failed %v answered %v", rank, res.Failed, res.Answered)
+	}
+	if f.Reason != reason || f.Via != via || !errors.Is(f.Err, sentinel) {
+		t.Fatalf("rank %d: %v (err %v), want %v via %d matching %v", rank, f, f.Err, reason, via, sentinel)
+	}
+}
+
+// covered checks that Answered and Failed partition want.
+func covered(t *testing.T, res *rpc.CollectiveResult, want []uint32) {
+	t.Helper()
+	var all []uint32
+	all = append(all, res.Answered...)
+	for _, f := range res.Failed {
+		all = append(all, f.Rank)
+	}
+	slices.Sort(all)
+	if !slices.Equal(all, want) {
+		t.Fatalf("answered %v + failed %v != %v", res.Answered, res.Failed, want)
+	}
+	got := decodeRanks(res.Aggregate)
+	slices.Sort(got)
+	if !slices.Equal(got, res.Answered) {
+		t.Fatalf("aggregate %v, answered %v", got, res.Answered)
+	}
+}
+
+// TestCollectiveExcludedAndSubset: excluded ranks and ranks that are not
+// members are listed as failed (excluded) and never run the handler; a
+// subset reaches only its ranks; a root outside its scope forwards
+// without running its handler.
+func TestCollectiveExcludedAndSubset(t *testing.T) {
+	_, ins, h := collGroup(t, 8)
+	for _, topo := range collTopologies {
+		res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Excluded: []uint32{3, 5}})
+		wantFailed(t, res, 3, coll.ReasonExcluded, 3, rpc.ErrExcluded)
+		wantFailed(t, res, 5, coll.ReasonExcluded, 5, rpc.ErrExcluded)
+		if len(res.Failed) != 2 {
+			t.Fatalf("%v: failed %v", topo, res.Failed)
+		}
+		covered(t, res, ranksUpTo(8))
+
+		res = broadcast(t, ins[2], rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Ranks: []uint32{1, 4, 6, 7, 99}, Excluded: []uint32{6}})
+		wantFailed(t, res, 99, coll.ReasonExcluded, 99, rpc.ErrExcluded)
+		wantFailed(t, res, 6, coll.ReasonExcluded, 6, rpc.ErrExcluded)
+		if !slices.Equal(res.Answered, []uint32{1, 4, 7}) {
+			t.Fatalf("%v: subset answered %v (root 2 outside it)", topo, res.Answered)
+		}
+		covered(t, res, []uint32{1, 4, 6, 7, 99})
+	}
+	// 6 ran only in the first broadcasts, 2 (the root outside the
+	// subset) too.
+	if n := len(collTopologies); h.runs(3) != 0 || h.runs(5) != 0 || h.runs(6) != n || h.runs(2) != n || h.runs(7) != 2*n {
+		t.Fatalf("runs: 3:%d 5:%d 6:%d 2:%d", h.runs(3), h.runs(5), h.runs(6), h.runs(2))
+	}
+}
+
+// TestCollectiveRankDown: a rank that is closed before the collective,
+// and a rank killed while its handler runs, are listed as unreachable
+// with their whole subtrees (via them); the rest answers, well within the
+// deadline.
+func TestCollectiveRankDown(t *testing.T) {
+	for _, topo := range collTopologies {
+		t.Run(topo.String(), func(t *testing.T) {
+			_, ins, h := collGroup(t, 16)
+			tree, _ := coll.NewTree(topo, ranksUpTo(16), 0)
+			// A closed rank: an inner one where the tree has any.
+			down := uint32(1)
+			ins[down].Close()
+			// A rank killed mid-collective: its handler signals, then
+			// the test shuts its messenger down.
+			killed := uint32(15)
+			started, release := make(chan struct{}), make(chan struct{})
+			h.set(killed, func(ctx context.Context) error {
+				close(started)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil
+			})
+			go func() {
+				<-started
+				ins[killed].Messenger().Shutdown()
+			}()
+			defer close(release)
+			t0 := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Input: rpc.Bytes("collective input")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(t0); d > 10*time.Second {
+				t.Fatalf("took %v", d)
+			}
+			for _, r := range tree.Subtree(down) {
+				wantFailed(t, res, r, coll.ReasonUnreachable, down, rpc.ErrUnreachable)
+			}
+			for _, r := range tree.Subtree(killed) {
+				if _, ok := res.FailedRank(r); !ok {
+					t.Fatalf("rank %d (under killed %d) not failed: %v", r, killed, res.Failed)
+				}
+			}
+			if f, _ := res.FailedRank(killed); f.Reason != coll.ReasonUnreachable {
+				t.Fatalf("killed rank: %v", f)
+			}
+			covered(t, res, ranksUpTo(16))
+		})
+	}
+}
+
+// TestCollectiveVersionMismatch: a rank at another group version refuses;
+// it and its subtree are listed with ReasonVersion, via it.
+func TestCollectiveVersionMismatch(t *testing.T) {
+	_, ins, _ := collGroup(t, 8)
+	// Rank 2 moves to version 2 (it learns of a rank the others do not
+	// know).
+	if err := ins[2].Group().Modify(rpc.ModAdd, []rpc.Member{{Rank: 100, URI: "inproc://nowhere"}}, 2); err != nil {
+		t.Fatal(err)
+	}
+	topo := coll.KNomial(2) // 0 → {1, 2, 4}, 2 → {3}
+	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: topo})
+	wantFailed(t, res, 2, coll.ReasonVersion, 2, rpc.ErrVersionMismatch)
+	wantFailed(t, res, 3, coll.ReasonVersion, 2, rpc.ErrVersionMismatch)
+	if len(res.Failed) != 2 {
+		t.Fatalf("failed %v", res.Failed)
+	}
+	covered(t, res, ranksUpTo(8))
+	// Rooted at rank 2 itself, the others refuse.
+	res = broadcast(t, ins[2], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat()})
+	if !slices.Equal(res.Answered, []uint32{2}) {
+		t.Fatalf("answered %v", res.Answered)
+	}
+	for _, r := range []uint32{0, 1, 3, 4, 5, 6, 7} {
+		wantFailed(t, res, r, coll.ReasonVersion, r, rpc.ErrVersionMismatch)
+	}
+	wantFailed(t, res, 100, coll.ReasonUnreachable, 100, rpc.ErrUnreachable) // rank 100 does not exist
+}
+
+// TestCollectiveTCP runs collectives over loopback TCP: every topology
+// over 3 and 16 ranks, then with a rank closed.
+func TestCollectiveTCP(t *testing.T) {
+	for _, n := range []int{3, 16} {
+		ins, _ := tcpCollGroup(t, n)
+		for _, topo := range collTopologies {
+			res := broadcast(t, ins[n-1], rpc.CollectiveDesc{Opcode: opRanksTree, Topology: topo})
+			if len(res.Failed) != 0 || !slices.Equal(res.Answered, ranksUpTo(n)) {
+				t.Fatalf("n%d %v: answered %v failed %v", n, topo, res.Answered, res.Failed)
+			}
+			covered(t, res, ranksUpTo(n))
+		}
+		if n == 16 {
+			ins[4].Close()
+			tree, _ := coll.NewTree(coll.KNomial(2), ranksUpTo(n), 0)
+			res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.KNomial(2)})
+			for _, r := range tree.Subtree(4) { // 4, 5, 6, 7
+				wantFailed(t, res, r, coll.ReasonUnreachable, 4, rpc.ErrUnreachable)
+			}
+			covered(t, res, ranksUpTo(n))
+			if len(res.Answered) != 12 {
+				t.Fatalf("answered %v", res.Answered)
+			}
+		}
+	}
+}
+
+// TestCollectiveHandlerError: a rank whose handler fails is listed with
+// the handler's error; its children still answer through it.
+func TestCollectiveHandlerError(t *testing.T) {
+	_, ins, h := collGroup(t, 8)
+	h.set(2, func(context.Context) error { return errors.New("disk on fire") })
+	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.KNomial(2)}) // 2 → {3}
+	wantFailed(t, res, 2, coll.ReasonHandler, 2, rpc.ErrHandler)
+	if f, _ := res.FailedRank(2); f.Detail != "disk on fire" {
+		t.Fatalf("detail %q", f.Detail)
+	}
+	if len(res.Failed) != 1 || !slices.Contains(res.Answered, 3) {
+		t.Fatalf("failed %v answered %v", res.Failed, res.Answered)
+	}
+	covered(t, res, ranksUpTo(8))
+	// The root's own handler failing.
+	h.set(0, func(context.Context) error { return errors.New("root down") })
+	res = broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat()})
+	wantFailed(t, res, 0, coll.ReasonHandler, 0, rpc.ErrHandler)
+	covered(t, res, ranksUpTo(8))
+}
+
+// TestCollectiveTimeout: an inner rank whose handler hangs past the
+// deadline is listed as timed out while its child, whose answer it
+// forwards at its own deadline, answers; a rank cut off by a stalled
+// partition times out with its subtree. The collective ends near its
+// timeout.
+func TestCollectiveTimeout(t *testing.T) {
+	nw, ins, h := collGroup(t, 8)
+	nw.SetPartitionTimeout(-1) // a partition stalls links until Heal
+	defer nw.Heal()
+	hang := make(chan struct{})
+	defer close(hang)
+	h.set(2, func(ctx context.Context) error {
+		<-hang // ignores ctx: the machine must answer without it
+		return nil
+	})
+	topo := coll.KNomial(2) // 0 → {1, 2, 4}; 2 → {3}; 4 → {5, 6}; 6 → {7}
+	// Warm the connections up, then stall the one from 0 to 4.
+	broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat(), Excluded: []uint32{2}})
+	nw.Partition(ins[0].URI(), ins[4].URI())
+	const timeout = 1500 * time.Millisecond
+	t0 := time.Now()
+	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Timeout: timeout})
+	took := time.Since(t0)
+	if took > timeout+time.Second || took < timeout/2 {
+		t.Fatalf("took %v for a %v timeout", took, timeout)
+	}
+	wantFailed(t, res, 2, coll.ReasonTimedOut, 2, rpc.ErrTimedOut)
+	for _, r := range []uint32{4, 5, 6, 7} {
+		wantFailed(t, res, r, coll.ReasonTimedOut, 4, rpc.ErrTimedOut)
+	}
+	if !slices.Equal(res.Answered, []uint32{0, 1, 3}) {
+		t.Fatalf("answered %v failed %v", res.Answered, res.Failed)
+	}
+	covered(t, res, ranksUpTo(8))
+}
+
+// TestCollectiveAbort: canceling Broadcast's context ends the collective
+// at once with the ranks still pending listed as canceled, and an error
+// matching context.Canceled.
+func TestCollectiveAbort(t *testing.T) {
+	_, ins, h := collGroup(t, 4)
+	started := make(chan struct{})
+	h.set(3, func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-started
+		cancel()
+	}()
+	t0 := time.Now()
+	res, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat(), Input: rpc.Bytes("collective input"), Timeout: 30 * time.Second})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, rpc.ErrCanceled) {
+		t.Fatalf("err %v", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	wantFailed(t, res, 3, coll.ReasonCanceled, 3, rpc.ErrCanceled)
+	covered(t, res, ranksUpTo(4))
+}
+
+// TestCollectiveRefusals: a rank that has not registered the collective
+// refuses it; a client cannot root one; an unregistered opcode or a bad
+// topology does not start.
+func TestCollectiveRefusals(t *testing.T) {
+	net := newNet()
+	h := &collHooks{before: map[uint32]func(context.Context) error{}, ran: map[uint32]int{}}
+	ins := make([]*rpc.Instance, 3)
+	for i := range ins {
+		ins[i] = net.server(t, uint32(i), 1, rpc.Options{})
+		if i != 1 {
+			if err := ins[i].RegisterCollective(h.protocol()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	joinAll(t, ins, 1)
+	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat()})
+	wantFailed(t, res, 1, coll.ReasonRefused, 1, rpc.ErrRefused)
+	covered(t, res, ranksUpTo(3))
+	// Rank 1 now registers only the collective forwarder (another
+	// collective): it refuses this one by name.
+	if err := ins[1].RegisterCollective(rpc.CollectiveProtocol{Name: "other", Base: collBase + 1, Version: 0, RPCs: []rpc.CollectiveRPC{
+		{Handler: func(context.Context, *rpc.CollectiveRequest) (rpc.Input, error) { return nil, nil }},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	res = broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Flat()})
+	wantFailed(t, res, 1, coll.ReasonRefused, 1, rpc.ErrRefused)
+
+	cli := net.client(t, rpc.Options{}, ins)
+	cc, _ := cli.NewContext(rpc.ContextOptions{})
+	ctx := context.Background()
+	if _, err := cc.Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("client broadcast: %v", err)
+	}
+	if _, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: rpc.MakeOpcode(7, 0, 0)}); !errors.Is(err, rpc.ErrUnregistered) {
+		t.Fatalf("unregistered: %v", err)
+	}
+	if _, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.Topology(2 << 16)}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Fatalf("bad topology: %v", err)
+	}
+	// A point-to-point request for a collective opcode is refused.
+	if err := ins[0].Context(0).Call(ctx, rpc.Endpoint{Rank: 2}, opRanks, nil, nil); !errors.Is(err, rpc.ErrUnregistered) {
+		t.Fatalf("point-to-point: %v", err)
+	}
+	if err := ins[0].RegisterCollective(h.protocol()); !errors.Is(err, rpc.ErrExists) {
+		t.Fatalf("second registration: %v", err)
+	}
+}
