@@ -37,16 +37,12 @@ var OpCollective = MakeOpcode(BaseCollective, 0, 0)
 // management, pool and system broadcasts.
 var DefaultTopology = coll.KNomial(32)
 
-// Collective errors. The failures of single ranks are RankFailures,
-// whose Err matches these or the package's other sentinels.
-var (
-	// ErrVersionMismatch: a rank's group version differs from the root's,
-	// so it refused the collective (CaRT's -DER_GRPVER).
-	ErrVersionMismatch = errors.New("rpc: group version mismatch")
-	// ErrRefused: a rank refused the collective for another reason (it
-	// has not registered the collective, its input was malformed...).
-	ErrRefused = errors.New("rpc: collective refused")
-)
+// ErrRefused: a rank refused a collective for another reason than its
+// group version (ErrGroupVersion): it has not registered the
+// collective, the collective's input was malformed... The failures of
+// single ranks are RankFailures, whose Err matches this or the package's
+// other sentinels.
+var ErrRefused = errors.New("rpc: collective refused")
 
 // CollectiveHandler runs a collective on one rank: it returns the rank's
 // output (nil: an empty one) or an error, which lists the rank as failed
@@ -111,7 +107,8 @@ type collRegistry struct {
 // handlers: an ordinary request for one is answered CodeUnregistered), so
 // a base and version serve either ordinary RPCs or collectives. The first
 // registration also registers OpCollective, which ranks forward
-// collectives with.
+// collectives with, and OpCollectiveRoot, which clients ask a rank to
+// root one with (BroadcastVia).
 func (in *Instance) RegisterCollective(p CollectiveProtocol) error {
 	return in.registerCollective(p, false)
 }
@@ -129,6 +126,7 @@ func (in *Instance) registerCollective(p CollectiveProtocol, internal bool) erro
 	r.once.Do(func() {
 		r.err = in.reg.register(Protocol{Name: "collective", Base: BaseCollective, Version: 0, RPCs: []RPC{
 			{Name: "forward", Handler: in.handleCollective},
+			{Name: "root", Handler: in.handleCollectiveRoot},
 		}}, true)
 	})
 	if r.err != nil {
@@ -232,7 +230,7 @@ type RankFailure struct {
 	// Detail is the cause as text.
 	Detail string
 	// Err matches the reason's sentinel (ErrUnreachable, ErrExcluded,
-	// ErrTimedOut, ErrVersionMismatch, ErrHandler, ErrCanceled,
+	// ErrTimedOut, ErrGroupVersion, ErrHandler, ErrCanceled,
 	// ErrShutdown, ErrRefused); it wraps the local cause when this rank
 	// saw the failure itself.
 	Err error
@@ -467,7 +465,7 @@ func failureErr(op Opcode, tag uint16, f coll.Failure, cause error) error {
 	case coll.ReasonHandler:
 		e.Code, e.Remote = CodeHandler, true
 	case coll.ReasonVersion:
-		return fmt.Errorf("%w: rank %d: %s", ErrVersionMismatch, f.Rank, f.Detail)
+		e.Code, e.Remote = CodeGroupVersion, true
 	default:
 		return fmt.Errorf("%w: rank %d: %s", ErrRefused, f.Rank, f.Detail)
 	}

@@ -358,8 +358,8 @@ func TestCollectiveVersionMismatch(t *testing.T) {
 	}
 	topo := coll.KNomial(2) // 0 → {1, 2, 4}, 2 → {3}
 	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: topo})
-	wantFailed(t, res, 2, coll.ReasonVersion, 2, rpc.ErrVersionMismatch)
-	wantFailed(t, res, 3, coll.ReasonVersion, 2, rpc.ErrVersionMismatch)
+	wantFailed(t, res, 2, coll.ReasonVersion, 2, rpc.ErrGroupVersion)
+	wantFailed(t, res, 3, coll.ReasonVersion, 2, rpc.ErrGroupVersion)
 	if len(res.Failed) != 2 {
 		t.Fatalf("failed %v", res.Failed)
 	}
@@ -370,7 +370,7 @@ func TestCollectiveVersionMismatch(t *testing.T) {
 		t.Fatalf("answered %v", res.Answered)
 	}
 	for _, r := range []uint32{0, 1, 3, 4, 5, 6, 7} {
-		wantFailed(t, res, r, coll.ReasonVersion, r, rpc.ErrVersionMismatch)
+		wantFailed(t, res, r, coll.ReasonVersion, r, rpc.ErrGroupVersion)
 	}
 	wantFailed(t, res, 100, coll.ReasonUnreachable, 100, rpc.ErrUnreachable) // rank 100 does not exist
 }
@@ -534,5 +534,52 @@ func TestCollectiveRefusals(t *testing.T) {
 	}
 	if err := ins[0].RegisterCollective(h.protocol()); !errors.Is(err, rpc.ErrExists) {
 		t.Fatalf("second registration: %v", err)
+	}
+}
+
+// TestCollectiveVia: a client asks a rank to root a collective for it
+// and gets the same result as the rank would; a rank that is down is an
+// error (the client tries another).
+func TestCollectiveVia(t *testing.T) {
+	net := newNet()
+	h := &collHooks{before: map[uint32]func(context.Context) error{}, ran: map[uint32]int{}}
+	ins := make([]*rpc.Instance, 6)
+	for i := range ins {
+		ins[i] = net.server(t, uint32(i), 1, rpc.Options{})
+		if err := ins[i].RegisterCollective(h.protocol()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joinAll(t, ins, 1)
+	cli := net.client(t, rpc.Options{}, ins)
+	cc, err := cli.NewContext(rpc.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d := rpc.CollectiveDesc{Opcode: opRanksTree, Topology: coll.KAry(2), Excluded: []uint32{3}, Input: rpc.Bytes("collective input"), Timeout: 5 * time.Second}
+	res, err := cc.BroadcastVia(ctx, 1, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFailed(t, res, 3, coll.ReasonExcluded, 3, rpc.ErrExcluded)
+	if !slices.Equal(res.Answered, []uint32{0, 1, 2, 4, 5}) || res.GroupVersion != 1 || res.ID>>32 != 1 {
+		t.Fatalf("answered %v version %d id %#x", res.Answered, res.GroupVersion, res.ID)
+	}
+	covered(t, res, ranksUpTo(6))
+	// In tree order from root 1 over {0,1,2,4,5} (3 excluded): tree
+	// ranks 0..4 = 1,2,4,5,0; 2-ary: 1 → {2, 4}, 2 → {5, 0}.
+	if got := decodeRanks(res.Aggregate); !slices.Equal(got, []uint32{1, 2, 5, 0, 4}) {
+		t.Fatalf("aggregate %v", got)
+	}
+	// A subset via rank 0, and a root that is down.
+	d.Ranks, d.Excluded = []uint32{2, 5}, nil
+	res, err = cc.BroadcastVia(ctx, 0, d)
+	if err != nil || !slices.Equal(res.Answered, []uint32{2, 5}) || len(res.Failed) != 0 {
+		t.Fatalf("subset: %+v %v", res, err)
+	}
+	ins[4].Close()
+	if _, err := cc.BroadcastVia(ctx, 4, d); !errors.Is(err, rpc.ErrUnreachable) {
+		t.Fatalf("via a closed rank: %v", err)
 	}
 }
