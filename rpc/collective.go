@@ -208,7 +208,9 @@ type CollectiveDesc struct {
 	// as failed with coll.ReasonExcluded.
 	Ranks []uint32
 	// Excluded ranks are not reached; those of the scope are listed as
-	// failed with coll.ReasonExcluded.
+	// failed with coll.ReasonExcluded. So are the members this rank's
+	// view has dead (Group.Excluded): they are left out of the tree, so
+	// their subtrees are reached through others.
 	Excluded []uint32
 	// Topology is the tree's shape (0: DefaultTopology).
 	Topology coll.Topology
@@ -351,11 +353,19 @@ func (c *Context) Broadcast(ctx context.Context, d CollectiveDesc) (*CollectiveR
 	var filter []uint32
 	for _, r := range requested {
 		_, ex := slices.BinarySearch(excluded, r)
+		// A member this rank knows dead is left out of the tree (the
+		// filter travels in the header, so every rank builds the same
+		// tree) rather than reached and failed with its subtree.
+		dead := !ex && r != self && isMember(r) && in.group.Excluded(r)
 		switch {
 		case !isMember(r):
 			pre = append(pre, coll.Failure{Rank: r, Reason: coll.ReasonExcluded, Via: r, Detail: fmt.Sprintf("not a member of the group at version %d", version)})
-		case ex:
-			pre = append(pre, coll.Failure{Rank: r, Reason: coll.ReasonExcluded, Via: r, Detail: "excluded from the collective"})
+		case ex || dead:
+			detail := "excluded from the collective"
+			if dead {
+				detail = fmt.Sprintf("dead in rank %d's view of the group", self)
+			}
+			pre = append(pre, coll.Failure{Rank: r, Reason: coll.ReasonExcluded, Via: r, Detail: detail})
 			if d.Ranks == nil {
 				filter = append(filter, r)
 			}

@@ -583,3 +583,21 @@ func TestCollectiveVia(t *testing.T) {
 		t.Fatalf("via a closed rank: %v", err)
 	}
 }
+
+// TestCollectiveDeadInView: a member the root's view has dead is left
+// out of the tree and listed as excluded, and the ranks below it in the
+// full tree are reached through others.
+func TestCollectiveDeadInView(t *testing.T) {
+	_, ins, h := collGroup(t, 8)
+	ins[2].Close()
+	ins[0].Group().SetState(2, rpc.MemberDead, 1)
+	res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: opRanks, Topology: coll.KNomial(2)}) // 2 → {3} in the full tree
+	wantFailed(t, res, 2, coll.ReasonExcluded, 2, rpc.ErrExcluded)
+	if len(res.Failed) != 1 || !slices.Contains(res.Answered, 3) {
+		t.Fatalf("failed %v answered %v", res.Failed, res.Answered)
+	}
+	covered(t, res, ranksUpTo(8))
+	if h.runs(2) != 0 {
+		t.Fatal("the dead rank ran the handler")
+	}
+}
