@@ -317,8 +317,11 @@ func TestCollectiveRankDown(t *testing.T) {
 				return nil
 			})
 			go func() {
-				<-started
-				ins[killed].Messenger().Shutdown()
+				select {
+				case <-started:
+					ins[killed].Messenger().Shutdown()
+				case <-release: // under the closed rank: never reached
+				}
 			}()
 			defer close(release)
 			t0 := time.Now()
@@ -599,5 +602,56 @@ func TestCollectiveDeadInView(t *testing.T) {
 	covered(t, res, ranksUpTo(8))
 	if h.runs(2) != 0 {
 		t.Fatal("the dead rank ran the handler")
+	}
+}
+
+// TestCollectiveLargeInput: an input beyond the eager limit goes down the
+// tree as chained bulk (each rank pulls it from its parent, CaRT's
+// co_bulk_hdl store-and-forward) and every handler sees it whole.
+func TestCollectiveLargeInput(t *testing.T) {
+	_, ins, _ := collGroup(t, 16)
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	proto := rpc.CollectiveProtocol{Name: "big", Base: collBase + 2, Version: 0, RPCs: []rpc.CollectiveRPC{{
+		Handler: func(_ context.Context, r *rpc.CollectiveRequest) (rpc.Input, error) {
+			if !slices.Equal(r.Input(), big) {
+				return nil, fmt.Errorf("rank %d got %d bytes, not the input", r.Rank, len(r.Input()))
+			}
+			return rpc.Bytes(binary.LittleEndian.AppendUint32(nil, r.Rank)), nil
+		},
+		Aggregate: concatAgg,
+	}}}
+	for _, in := range ins {
+		if err := in.RegisterCollective(proto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, topo := range []coll.Topology{coll.Flat(), coll.KNomial(2)} {
+		res := broadcast(t, ins[0], rpc.CollectiveDesc{Opcode: rpc.MakeOpcode(collBase+2, 0, 0), Topology: topo, Input: rpc.Bytes(big)})
+		if len(res.Failed) != 0 || len(res.Answered) != 16 {
+			t.Fatalf("%v: failed %v answered %v", topo, res.Failed, res.Answered)
+		}
+		covered(t, res, ranksUpTo(16))
+	}
+}
+
+// BenchmarkBroadcast measures one collective over 64 in-process ranks
+// per topology.
+func BenchmarkBroadcast(b *testing.B) {
+	_, ins, _ := collGroup(b, 64)
+	for _, topo := range collTopologies {
+		b.Run(topo.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			d := rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Input: rpc.Bytes("collective input")}
+			for b.Loop() {
+				res, err := ins[0].Context(0).Broadcast(ctx, d)
+				if err != nil || len(res.Answered) != 64 {
+					b.Fatalf("%v %v", err, res.Failed)
+				}
+			}
+		})
 	}
 }
