@@ -26,10 +26,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ferrymsg/ferry/auth"
 	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
 // Defaults.
@@ -127,6 +129,11 @@ type Config struct {
 	// HuntTimeout bounds one attempt with one mon; default
 	// DefaultHuntTimeout.
 	HuntTimeout time.Duration
+	// HuntRounds bounds how many times a hunt goes through the mons
+	// before it gives up; 0 hunts until the context ends, as Ceph's
+	// MonClient hunts until its timeout. A refusal another attempt would
+	// not change (a wrong key, a refused mode) ends the hunt at once.
+	HuntRounds int
 	// Logger receives the client's logs; default slog.Default().
 	Logger *slog.Logger
 	// Rand orders the hunt (Ceph hunts in random order); nil means a
@@ -272,9 +279,10 @@ func (c *Client) Close() {
 }
 
 // Connect hunts for a mon (unless a session is open): it tries the
-// configured mons in random order, each for at most HuntTimeout, until
-// one completes the handshake (and authentication), then asks it for the
-// monmap to learn the fsid. A *HuntError says why each mon failed.
+// configured mons in random order, each for at most HuntTimeout, round
+// after round (see Config.HuntRounds), until one completes the handshake
+// (and authentication) and answers with the monmap, which gives the
+// fsid. A *HuntError says why the mons failed.
 func (c *Client) Connect(ctx context.Context) error {
 	_, err := c.session(ctx)
 	return err
@@ -304,7 +312,12 @@ func (c *Client) session(ctx context.Context) (*msgr.Conn, error) {
 	return c.hunt(ctx)
 }
 
-// hunt opens a session with the first mon that accepts one.
+// hunt opens a session with the first mon that accepts one: it goes
+// through the mons in random order, round after round with a backoff
+// between rounds (a mon without quorum yet closes the connection), until
+// one accepts, HuntRounds rounds have failed, ctx ends, or a mon refuses
+// for a reason another attempt would not change (a refused key or mode,
+// missing features: see permanent).
 func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
 	order := make([]int, len(c.cfg.Mons))
 	for i := range order {
@@ -314,26 +327,72 @@ func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
 	if c.cfg.Rand != nil {
 		shuffle = c.cfg.Rand.Shuffle
 	}
-	shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	herr := &HuntError{}
-	for _, i := range order {
-		addr, err := connectAddr(c.cfg.Mons[i])
-		if err != nil {
-			herr.Attempts = append(herr.Attempts, AttemptError{c.cfg.Mons[i].String(), err})
-			continue
+	backoff := huntBackoff
+	for round := 1; ; round++ {
+		shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			addr, err := connectAddr(c.cfg.Mons[i])
+			if err == nil {
+				var conn *msgr.Conn
+				if conn, err = c.tryMon(ctx, addr); err == nil {
+					c.log.Debug("monc: session open", "mon", addr, "peer", conn.PeerName().String(), "round", round)
+					return conn, nil
+				}
+				c.log.Debug("monc: mon refused", "mon", addr, "err", err, "round", round)
+			} else {
+				addr = c.cfg.Mons[i].String()
+			}
+			herr.add(AttemptError{addr, err})
+			if permanent(err) || ctx.Err() != nil {
+				return nil, herr
+			}
 		}
-		conn, err := c.tryMon(ctx, addr)
-		if err == nil {
-			c.log.Debug("monc: session open", "mon", addr, "peer", conn.PeerName().String())
-			return conn, nil
+		if c.cfg.HuntRounds > 0 && round >= c.cfg.HuntRounds {
+			return nil, herr
 		}
-		c.log.Debug("monc: mon refused", "mon", addr, "err", err)
-		herr.Attempts = append(herr.Attempts, AttemptError{addr, err})
-		if ctx.Err() != nil {
-			break
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, herr
+		case <-c.stop:
+			t.Stop()
+			return nil, ErrClosed
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxHuntBackoff)
+	}
+}
+
+// Backoff between hunting rounds, and how many attempts a HuntError
+// keeps.
+const (
+	huntBackoff     = 100 * time.Millisecond
+	maxHuntBackoff  = 3 * time.Second
+	maxHuntAttempts = 16
+)
+
+// add records an attempt, keeping the last maxHuntAttempts.
+func (e *HuntError) add(a AttemptError) {
+	if len(e.Attempts) == maxHuntAttempts {
+		copy(e.Attempts, e.Attempts[1:])
+		e.Attempts = e.Attempts[:len(e.Attempts)-1]
+	}
+	e.Attempts = append(e.Attempts, a)
+}
+
+// permanent reports whether a mon's refusal would be the same on another
+// attempt: authentication refused (a wrong key, a mode or method not
+// allowed), features missing, no usable address, the client closed.
+func permanent(err error) bool {
+	for _, p := range []error{msgr2.ErrAuthRejected, msgr2.ErrBadAuthMethod, msgr2.ErrMissingFeatures,
+		auth.ErrDenied, auth.ErrBadKey, auth.ErrUnknownEntity, ErrNoAddr, ErrNoCephx, ErrClosed, msgr.ErrShutdown} {
+		if errors.Is(err, p) {
+			return true
 		}
 	}
-	return nil, herr
+	return false
 }
 
 // tryMon opens a session with the mon at addr and fetches the monmap.

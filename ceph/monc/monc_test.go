@@ -42,6 +42,12 @@ func startFake(t *testing.T, name msg.EntityName) *fakeDaemon {
 // settings, say).
 func startFakeWith(t *testing.T, cfg msgr.Config) *fakeDaemon {
 	t.Helper()
+	return startFakeAt(t, cfg, "v2:127.0.0.1:0")
+}
+
+// startFakeAt is startFakeWith listening on addr.
+func startFakeAt(t *testing.T, cfg msgr.Config, addr string) *fakeDaemon {
+	t.Helper()
 	cfg.ZeroNonce = cfg.Name.Type == msg.EntityMon
 	cfg.Logger = quiet()
 	m, err := msgr.New(cfg)
@@ -49,7 +55,7 @@ func startFakeWith(t *testing.T, cfg msgr.Config) *fakeDaemon {
 		t.Fatal(err)
 	}
 	m.SetDefaultPolicy(msgr.StatelessServer())
-	if err := m.Bind("v2:127.0.0.1:0"); err != nil {
+	if err := m.Bind(addr); err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeDaemon{m: m}
@@ -228,13 +234,24 @@ func TestHuntFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	v1only, _ := msg.ParseAddrVec("v1:127.0.0.1:6789/0")
-	_, err := Dial(ctx, Config{Mons: []msg.AddrVec{deadAddr(t), v1only}, Logger: quiet(), HuntTimeout: 3 * time.Second})
+	dead := deadAddr(t)
+	_, err := Dial(ctx, Config{Mons: []msg.AddrVec{dead}, Logger: quiet(), HuntTimeout: 3 * time.Second, HuntRounds: 3})
 	var he *HuntError
-	if !errors.As(err, &he) || len(he.Attempts) != 2 {
-		t.Fatalf("err = %v, want a HuntError with two attempts", err)
+	if !errors.As(err, &he) || len(he.Attempts) != 3 {
+		t.Fatalf("err = %v, want a HuntError with three attempts (three rounds)", err)
 	}
-	if !errors.Is(err, ErrNoAddr) {
-		t.Fatalf("err = %v, want ErrNoAddr for the v1-only mon", err)
+	// A mon with no usable address ends the hunt at once: another round
+	// would not change it.
+	_, err = Dial(ctx, Config{Mons: []msg.AddrVec{v1only}, Logger: quiet(), HuntTimeout: 3 * time.Second})
+	if !errors.As(err, &he) || len(he.Attempts) != 1 || !errors.Is(err, ErrNoAddr) {
+		t.Fatalf("err = %v, want a HuntError with one ErrNoAddr attempt", err)
+	}
+	// Without HuntRounds the hunt goes on until the context ends.
+	sctx, scancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer scancel()
+	_, err = Dial(sctx, Config{Mons: []msg.AddrVec{dead}, Logger: quiet()})
+	if !errors.As(err, &he) || len(he.Attempts) < 2 || sctx.Err() == nil {
+		t.Fatalf("err = %v (context %v), want several rounds until the context ended", err, sctx.Err())
 	}
 	if _, err := New(Config{}); !errors.Is(err, ErrNoMons) {
 		t.Fatalf("no mons: %v", err)
@@ -267,5 +284,32 @@ func TestSessionLost(t *testing.T) {
 	c.Close()
 	if _, err := c.Ping(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("ping after Close: %v", err)
+	}
+}
+
+// TestHuntUntilUp: a mon that starts listening only after the hunt has
+// begun is found by a later round.
+func TestHuntUntilUp(t *testing.T) {
+	dead := deadAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type result struct {
+		c   *Client
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := Dial(ctx, Config{Mons: []msg.AddrVec{dead}, Logger: quiet()})
+		done <- result{c, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // a few rounds fail first
+	startFakeAt(t, msgr.Config{Name: msg.EntityName{Type: msg.EntityMon}}, dead.String())
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.c.Close()
+	if r.c.FSID() != testFSID {
+		t.Fatalf("fsid %v", r.c.FSID())
 	}
 }
