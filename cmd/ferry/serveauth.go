@@ -148,6 +148,18 @@ func (sa *serverAuth) Dispatch(m *msg.Message) bool {
 	return true
 }
 
+// HandleAccept files a new session under its connection as soon as it is
+// ready (msgr.AcceptHandler), so a login whose client never sends MAuth
+// (as `ceph ping` does not) is not left in pending.
+func (sa *serverAuth) HandleAccept(conn *msgr.Conn) { sa.session(conn) }
+
+// sessionCount returns the number of sessions held (tests).
+func (sa *serverAuth) sessionCount() int {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	return len(sa.sessions) + len(sa.pending)
+}
+
 // HandleReset forgets a closed connection's session (msgr.ResetHandler).
 func (sa *serverAuth) HandleReset(conn *msgr.Conn) {
 	sa.mu.Lock()

@@ -104,6 +104,19 @@ func TestServeCephx(t *testing.T) {
 		t.Fatal("no fresh OSD ticket from the MAuth reply")
 	}
 
+	// The session is forgotten when the connection ends.
+	if n := sa.sessionCount(); n != 1 {
+		t.Fatalf("%d sessions held for one client", n)
+	}
+	conn.MarkDown()
+	for sa.sessionCount() != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d sessions held after the client left", sa.sessionCount())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
 	// A wrong key, and a mode the server does not accept, are refused.
 	other, _ := cephx.GenerateKey(rand.Reader, time.Now())
 	if _, _, _, err := dial(other, nil); !errors.Is(err, msgr2.ErrAuthRejected) {
