@@ -134,8 +134,11 @@ func (q *viaIn) UnmarshalBinary(b []byte) error {
 	if q.d.Ranks, rest, err = decodeRanks(rest); err != nil {
 		return err
 	}
-	if flags&1 != 0 && q.d.Ranks == nil {
+	switch {
+	case flags&1 != 0 && q.d.Ranks == nil:
 		q.d.Ranks = []uint32{}
+	case flags&1 == 0 && q.d.Ranks != nil:
+		return errors.New("collective request lists ranks without the flag that it does")
 	}
 	if q.d.Excluded, rest, err = decodeRanks(rest); err != nil {
 		return err
