@@ -15,7 +15,10 @@ import (
 	"github.com/ferrymsg/ferry/msgr"
 )
 
-// runTell is `ferry tell`: `ceph tell` for mons and OSDs.
+// runTell is `ferry tell`: `ceph tell` for mons and OSDs. A mon command
+// goes to the mon the client's hunt reached (with one mon listed, that
+// is mon.X; any mon of a quorum answers the mon commands); an OSD command
+// goes to the OSD itself, at the address the OSD map gives.
 func runTell(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "tell")
 	mon := fs.String("mon", "", "the mon to ask, an address (v2:IP:PORT/NONCE) or a mon host list; instead of -c's mon host")
