@@ -3,39 +3,37 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/ferrymsg/ferry/coll"
 	"github.com/ferrymsg/ferry/rpc"
 )
 
-// The group service of `ferry serve --group`: a status RPC every member
-// answers, and a root RPC with which a client (`ferry group stat`) asks
-// one member to gather every rank's status.
-//
-// Until the rpc collectives land, the root asks each rank point to point,
-// all at once, and waits for them until its timeout.
+// The group service of `ferry serve --group`: a status collective every
+// member registers. `ferry group stat`, a client, asks one member to root
+// it (rpc.Context.BroadcastVia): it runs down a tree over the ranks of
+// the attach file, each rank answers its status, and the answers are
+// concatenated on the way up; the root's result names the ranks that
+// answered and those that failed, with the reason (coll.Reason: a rank
+// the root's group has excluded, removed or known dead, is "excluded").
 const (
 	groupBase    uint8 = 0xE0 // below rpc.MinReservedBase: an application protocol
-	groupVersion uint8 = 0
+	groupVersion uint8 = 1
 )
 
-var (
-	opGroupStatus   = rpc.MakeOpcode(groupBase, groupVersion, 0)
-	opGroupStatRoot = rpc.MakeOpcode(groupBase, groupVersion, 1)
-)
+// opGroupStat is the status collective.
+var opGroupStat = rpc.MakeOpcode(groupBase, groupVersion, 0)
 
-// maxStatJSON bounds a status or stat answer (a client decodes at most
-// this much).
-const maxStatJSON = 1 << 20
+// maxStatJSON bounds one rank's status (a rank decodes at most this
+// much of another's).
+const maxStatJSON = 1 << 16
 
-// rankStatus is one rank's answer to the status RPC.
+// rankStatus is one rank's answer to the status collective.
 type rankStatus struct {
 	Rank         uint32   `json:"rank"`
 	GroupVersion uint32   `json:"group_version"`
@@ -53,23 +51,6 @@ type rankFailure struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// statResult is the root's answer: every rank asked for is in Answered or
-// Failed.
-type statResult struct {
-	Root     uint32        `json:"root"`
-	Version  uint32        `json:"group_version"`
-	Answered []uint32      `json:"answered"`
-	Status   []rankStatus  `json:"status"`
-	Failed   []rankFailure `json:"failed"`
-}
-
-// statRequest is the input of the root RPC: the ranks to ask (the
-// client's attach file's) and how long the root may wait for them.
-type statRequest struct {
-	Ranks     []uint32 `json:"ranks"`
-	TimeoutMS int64    `json:"timeout_ms"`
-}
-
 // jsonIO is an RPC input and output encoded as JSON.
 type jsonIO struct{ v any }
 
@@ -81,11 +62,27 @@ func (j jsonIO) AppendBinary(b []byte) ([]byte, error) {
 	return append(b, out...), nil
 }
 
-func (j jsonIO) UnmarshalBinary(b []byte) error {
-	if len(b) > maxStatJSON {
-		return fmt.Errorf("%d bytes of JSON, at most %d", len(b), maxStatJSON)
+// statusLines is the aggregate of the status collective: one JSON
+// object per line, one line per rank that answered.
+type statusLines struct{ st []rankStatus }
+
+func (l *statusLines) UnmarshalBinary(b []byte) error {
+	l.st = l.st[:0]
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		if len(line) > maxStatJSON {
+			return fmt.Errorf("a status of %d bytes, at most %d", len(line), maxStatJSON)
+		}
+		var st rankStatus
+		if err := json.Unmarshal([]byte(line), &st); err != nil {
+			return err
+		}
+		l.st = append(l.st, st)
 	}
-	return json.Unmarshal(b, j.v)
+	slices.SortFunc(l.st, func(a, b rankStatus) int { return cmpU32(a.Rank, b.Rank) })
+	return nil
 }
 
 // groupService is a member's status service.
@@ -109,87 +106,20 @@ func (s *groupService) status() rankStatus {
 	return st
 }
 
-func (s *groupService) protocol() rpc.Protocol {
-	return rpc.Protocol{Name: "ferry-group", Base: groupBase, Version: groupVersion, RPCs: []rpc.RPC{
-		{Name: "status", Flags: rpc.Inline | rpc.QueueFront, Handler: func(r *rpc.Incoming) error {
+func (s *groupService) collective() rpc.CollectiveProtocol {
+	return rpc.CollectiveProtocol{Name: "ferry-group", Base: groupBase, Version: groupVersion, RPCs: []rpc.CollectiveRPC{{
+		Name: "status",
+		Handler: func(ctx context.Context, r *rpc.CollectiveRequest) (rpc.Input, error) {
 			st := s.status()
-			return r.Reply(jsonIO{&st})
-		}},
-		{Name: "stat-root", Handler: s.handleRoot},
-	}}
-}
-
-// handleRoot gathers the status of the ranks asked for. It runs on its
-// own goroutine and answers when every rank has answered or failed, or
-// at the timeout.
-func (s *groupService) handleRoot(r *rpc.Incoming) error {
-	var req statRequest
-	if err := r.Decode(jsonIO{&req}); err != nil {
-		return err
-	}
-	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
-	if timeout <= 0 || timeout > time.Minute {
-		timeout = 3 * time.Second
-	}
-	if rem, ok := r.Remaining(); ok && rem-500*time.Millisecond < timeout {
-		timeout = max(rem-500*time.Millisecond, 100*time.Millisecond)
-	}
-	c := r.Target()
-	go func() {
-		res := s.gather(c, req.Ranks, timeout)
-		r.Reply(jsonIO{&res})
-	}()
-	return nil
-}
-
-// gather asks every rank for its status, point to point and all at once.
-// A rank the group has excluded (removed, or known dead) is not asked:
-// it fails with reason "excluded".
-func (s *groupService) gather(c *rpc.Context, ranks []uint32, timeout time.Duration) statResult {
-	g := s.in.Group()
-	self := s.in.Rank()
-	if len(ranks) == 0 {
-		ranks = g.Ranks()
-	}
-	ranks = slices.Compact(slices.Sorted(slices.Values(ranks)))
-	res := statResult{Root: self, Version: g.Version(), Answered: []uint32{}, Status: []rankStatus{}, Failed: []rankFailure{}}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, rank := range ranks {
-		if rank == self {
-			st := s.status()
-			mu.Lock()
-			res.Answered = append(res.Answered, rank)
-			res.Status = append(res.Status, st)
-			mu.Unlock()
-			continue
-		}
-		if g.Excluded(rank) || !g.Has(rank) {
-			res.Failed = append(res.Failed, rankFailure{Rank: rank, Reason: "excluded"})
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var st rankStatus
-			err := c.Call(ctx, rpc.Endpoint{Rank: rank}, opGroupStatus, nil, jsonIO{&st})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				res.Failed = append(res.Failed, rankFailure{Rank: rank, Reason: failReason(err), Detail: err.Error()})
-				return
-			}
-			res.Answered = append(res.Answered, rank)
-			res.Status = append(res.Status, st)
-		}()
-	}
-	wg.Wait()
-	slices.Sort(res.Answered)
-	slices.SortFunc(res.Status, func(a, b rankStatus) int { return cmpU32(a.Rank, b.Rank) })
-	slices.SortFunc(res.Failed, func(a, b rankFailure) int { return cmpU32(a.Rank, b.Rank) })
-	return res
+			return jsonIO{&st}, nil
+		},
+		// One line per rank.
+		Aggregate: func(acc, v []byte) ([]byte, error) {
+			acc = append(acc, '\n')
+			return append(acc, v...), nil
+		},
+		Order: coll.OrderTree,
+	}}}
 }
 
 func cmpU32(a, b uint32) int {
@@ -200,23 +130,6 @@ func cmpU32(a, b uint32) int {
 		return 1
 	}
 	return 0
-}
-
-// failReason names why a rank did not answer, in one word.
-func failReason(err error) string {
-	switch {
-	case errors.Is(err, rpc.ErrExcluded):
-		return "excluded"
-	case errors.Is(err, rpc.ErrTimedOut):
-		return "timed-out"
-	case errors.Is(err, rpc.ErrUnreachable):
-		return "unreachable"
-	case errors.Is(err, rpc.ErrGroupVersion):
-		return "group-version"
-	case errors.Is(err, rpc.ErrWrongRank):
-		return "wrong-rank"
-	}
-	return strings.ReplaceAll(rpc.CodeOf(err).String(), " ", "-")
 }
 
 // joinGroup makes the server's RPC instance a member of the group of
@@ -242,7 +155,7 @@ func joinGroup(srv *server, members []rpc.Member, withSWIM bool, log *slog.Logge
 		}
 	}
 	gs := &groupService{in: in, log: log}
-	if err := in.Register(gs.protocol()); err != nil {
+	if err := in.RegisterCollective(gs.collective()); err != nil {
 		return nil, err
 	}
 	if withSWIM {
@@ -310,56 +223,73 @@ func runGroup(ctx context.Context, e *env, args []string) int {
 	}
 	ranks := cli.Group().Ranks()
 	deadline := time.Now().Add(*timeout)
-	// The root gets the time left less a margin for its answer; a rank
-	// that does not answer as root costs a share of the time.
-	var res statResult
+	// Each rank in turn is asked to root the collective; the first ones
+	// get a share of the time, so that a dead or stopped rank does not
+	// take it all.
+	var res *rpc.CollectiveResult
 	var lastErr error
-	rooted := false
 	for i, root := range ranks {
 		left := time.Until(deadline)
 		if left <= 500*time.Millisecond {
 			break
 		}
-		// The first roots get a short try, so that a dead or stopped
-		// rank does not take all the time.
 		try := left
 		if i < len(ranks)-1 {
 			try = min(left, max(left/2, 2*time.Second))
 		}
-		inner := try - 700*time.Millisecond
+		// BroadcastVia waits for the collective's timeout plus 2 s.
+		inner := max(try-2*time.Second, try/2)
 		cctx, cancel := context.WithTimeout(ctx, try)
-		err := c.Call(cctx, rpc.Endpoint{Rank: root}, opGroupStatRoot, jsonIO{&statRequest{Ranks: ranks, TimeoutMS: inner.Milliseconds()}}, jsonIO{&res})
+		r, err := c.BroadcastVia(cctx, root, rpc.CollectiveDesc{Opcode: opGroupStat, Ranks: ranks, Timeout: inner})
 		cancel()
 		if err == nil {
-			rooted = true
+			res = r
 			break
 		}
 		lastErr = err
 	}
-	if !rooted {
+	if res == nil {
 		fmt.Fprintf(e.stderr, "ferry group: no rank could root the status collective: %v\n", lastErr)
 		return exitError
 	}
+	var lines statusLines
+	if res.HasAggregate {
+		if err := res.Decode(&lines); err != nil {
+			fmt.Fprintf(e.stderr, "ferry group: the ranks' answers: %v\n", err)
+			return exitError
+		}
+	}
+	failed := []rankFailure{}
+	for _, f := range res.Failed {
+		failed = append(failed, rankFailure{Rank: f.Rank, Reason: f.Reason.String(), Detail: f.Detail})
+	}
+	answered := res.Answered
+	if answered == nil {
+		answered = []uint32{}
+	}
+	status := lines.st
+	if status == nil {
+		status = []rankStatus{}
+	}
 	if *asJSON {
 		out := struct {
-			Root     uint32        `json:"root"`
 			Version  uint32        `json:"group_version"`
 			Answered []uint32      `json:"answered"`
 			Failed   []rankFailure `json:"failed"`
 			Status   []rankStatus  `json:"status"`
-		}{res.Root, res.Version, res.Answered, res.Failed, res.Status}
+		}{res.GroupVersion, answered, failed, status}
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {
-		fmt.Fprintf(e.stdout, "group %s: %d of %d ranks answered (root rank %d, group version %d)\n", name, len(res.Answered), len(ranks), res.Root, res.Version)
-		for _, st := range res.Status {
+		fmt.Fprintf(e.stdout, "group %s: %d of %d ranks answered (group version %d)\n", name, len(answered), len(ranks), res.GroupVersion)
+		for _, st := range status {
 			fmt.Fprintf(e.stdout, "  rank %d: group version %d, %d members, live %v, dead %v\n", st.Rank, st.GroupVersion, st.Members, st.Live, st.Dead)
 		}
-		for _, f := range res.Failed {
+		for _, f := range failed {
 			fmt.Fprintf(e.stdout, "  rank %d failed: %s\n", f.Rank, f.Reason)
 		}
 	}
-	if len(res.Failed) > 0 {
+	if len(failed) > 0 {
 		return exitError
 	}
 	return exitOK
