@@ -384,3 +384,30 @@ func TestGroupPartitionNetns(t *testing.T) {
 	}
 	t.Logf("after the link came back: answered %v, failed %v", res.Answered, res.Failed)
 }
+
+// Bad command lines of serve's group flags and of ferry group are usage
+// errors (exit 2) with a message; a group file that cannot be read is a
+// runtime error for ferry group (exit 1).
+func TestGroupUsage(t *testing.T) {
+	file := writeGroupFile(t, 2)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "--swim"}, 2, "--swim needs --group"},
+		{[]string{"serve", "--group", file, "--rank", "7"}, 2, "lists no rank 7"},
+		{[]string{"serve", "--group", filepath.Join(t.TempDir(), "none")}, 2, "--group"},
+		{[]string{"group", "stat"}, 2, "--group FILE is required"},
+		{[]string{"group", "--group", file}, 2, "want the subcommand stat"},
+		{[]string{"group", "stat", "--group", file, "--timeout", "10ms"}, 2, "at least 1s"},
+		{[]string{"group", "stat", "--group", filepath.Join(t.TempDir(), "none")}, 1, "no such file"},
+		// Nobody serves the file's addresses.
+		{[]string{"group", "stat", "--group", file, "--timeout", "3s"}, 1, "no rank could root the status collective"},
+	} {
+		r := runFerry(t, 30*time.Second, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("ferry %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.code, tc.want)
+		}
+	}
+}
