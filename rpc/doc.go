@@ -170,8 +170,11 @@
 // CaRT's one error per subtree, every rank that answered and every rank
 // that failed or did not answer with its reason (a failed forward lists
 // its whole subtree, via the rank it failed on). A deadline, an abort
-// (ctx) or a rank dying always ends a collective with a result. The tree
-// and the aggregation are package coll's pure machine.
+// (ctx) or a rank dying always ends a collective with a result. A
+// client, which cannot root a collective, asks a member to root one for
+// it with BroadcastVia. Inputs beyond the eager limit go down the tree
+// as chained bulk (each rank pulls from its parent). The tree and the
+// aggregation are package coll's pure machine.
 //
 // # Bulk transfers
 //
