@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr1"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -138,7 +139,7 @@ func (c *Conn) Features() uint64 {
 func (c *Conn) DataCRC() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.run == nil || c.run.e.DataCRC()
+	return c.run == nil || c.run.e == nil || c.run.e.DataCRC()
 }
 
 // Policy returns the policy the connection runs under.
@@ -385,6 +386,7 @@ type socketRun struct {
 	raw syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
 
 	e    *msgr2.Engine
+	v1   *msgr1.Engine // instead of e on a msgr1 socket (v1.go)
 	stop chan struct{} // closed by fail: the writer stops
 	done chan struct{} // closed when reader and writer have exited
 

@@ -595,6 +595,10 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 // encode writes the frames of w.batch and the control frames into w.wbuf
 // and w.iov.
 func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr2.Stamp, ack bool) {
+	if r := c.run; r != nil && r.v1 != nil {
+		w.encodeV1(c, r.v1, ka, kaAck, stamp, ack)
+		return
+	}
 	rev1 := e.Rev1()
 	w.wbuf = w.wbuf[:0]
 	w.iov = w.iov[:0]

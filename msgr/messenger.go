@@ -201,8 +201,12 @@ func (m *Messenger) Bind(addr string) error {
 	if err != nil {
 		return fmt.Errorf("msgr: bind %s: %w", addr, err)
 	}
+	ea := m.entityAddr(l.Addr())
+	if isV1Addr(addr) {
+		l, ea.Type = v1Listener{l}, msg.AddrLegacy // its sockets speak msgr1 (v1.go)
+	}
 	m.listeners = append(m.listeners, l)
-	m.myAddrs = append(m.myAddrs, m.entityAddr(l.Addr()))
+	m.myAddrs = append(m.myAddrs, ea)
 	return nil
 }
 
@@ -483,6 +487,10 @@ func (m *Messenger) acceptLoop(l transport.Listener) {
 		}
 		m.wg.Add(1)
 		m.mu.Unlock()
+		if _, v1 := l.(v1Listener); v1 {
+			go m.serveIncomingV1(nc)
+			continue
+		}
 		go m.serveIncoming(nc)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr/msgr1"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -83,7 +84,8 @@ func (c *Conn) wasOpen() bool {
 func isProtocolRefusal(err error) bool {
 	var pe *msgr2.Error
 	var ae *msgr2.AuthError
-	return errors.As(err, &pe) || errors.As(err, &ae)
+	var pe1 *msgr1.Error
+	return errors.As(err, &pe) || errors.As(err, &ae) || errors.As(err, &pe1)
 }
 
 // waitToConnect returns false once the connection is closed. A lossless
@@ -135,6 +137,9 @@ func (c *Conn) connectOnce() error {
 	cancel()
 	if err != nil {
 		return err
+	}
+	if c.v1Target() {
+		return c.connectOnceV1(nc)
 	}
 	myAddrs := m.Addrs() // before c.mu: the lock order is m.mu, then c.mu
 	c.mu.Lock()
