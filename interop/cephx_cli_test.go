@@ -143,13 +143,24 @@ func testCephxTell(t *testing.T, bin string, cl *cephtest.Cluster) {
 	if code != 0 || json.Unmarshal([]byte(out), &stat) != nil || len(stat.Quorum) != 1 {
 		t.Fatalf("ferry tell mon.a mon stat: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	out, errOut, code = runFerry(t, bin, "tell", "-c", cl.ConfPath, "mon.a", "osd", "find", "id=0")
-	if code != 0 || !strings.Contains(out, cl.OSDV2Addr()[len("v2:"):strings.LastIndexByte(cl.OSDV2Addr(), '/')]) {
-		t.Fatalf("ferry tell mon.a osd find id=0: exit %d, stdout %q, stderr %q", code, out, errOut)
+	// Words matched against the mon's command signatures, as the ceph
+	// CLI matches them: "osd find 0" is {"prefix":"osd find","id":0}.
+	osdIP := cl.OSDV2Addr()[len("v2:"):strings.LastIndexByte(cl.OSDV2Addr(), '/')]
+	for _, words := range [][]string{{"osd", "find", "0"}, {"osd", "find", "osd.0"}, {"osd", "find", "id=0"}} {
+		out, errOut, code = runFerry(t, bin, append([]string{"tell", "-c", cl.ConfPath, "mon.a"}, words...)...)
+		if code != 0 || !strings.Contains(out, osdIP) {
+			t.Fatalf("ferry tell mon.a %v: exit %d, stdout %q, stderr %q", words, code, out, errOut)
+		}
 	}
+	// Words no signature of the OSD's matches are refused before sending.
 	out, errOut, code = runFerry(t, bin, "tell", "-c", cl.ConfPath, "osd.0", "no", "such", "command")
-	if code == 0 || !strings.Contains(errOut, "-22") || !strings.Contains(errOut, "EINVAL") || !strings.Contains(errOut, "unknown command") {
+	if code == 0 || !strings.Contains(errOut, "no command matches") {
 		t.Fatalf("ferry tell osd.0 no such command: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A command the OSD refuses: its result and status string on stderr.
+	out, errOut, code = runFerry(t, bin, "tell", "-c", cl.ConfPath, "osd.0", `{"prefix": "no such command"}`)
+	if code == 0 || !strings.Contains(errOut, "-22") || !strings.Contains(errOut, "EINVAL") || !strings.Contains(errOut, "unknown command") {
+		t.Fatalf("ferry tell osd.0 with a JSON command it does not know: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	// A wrong key: refused, and stderr says why.
 	bad := writeKeyring(t)

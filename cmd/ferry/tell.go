@@ -15,7 +15,11 @@ import (
 	"github.com/ferrymsg/ferry/msgr"
 )
 
-// runTell is `ferry tell`: `ceph tell` for mons and OSDs. A mon command
+// runTell is `ferry tell`: `ceph tell` for mons and OSDs. The words are
+// matched against the target's command signatures
+// (get_command_descriptions), so `osd find 0` gives {"prefix": "osd
+// find", "id": 0} as the ceph CLI sends it; one word holding a JSON
+// object is sent as it is. A mon command
 // goes to the mon the client's hunt reached (with one mon listed, that
 // is mon.X; any mon of a quorum answers the mon commands); an OSD command
 // goes to the OSD itself, at the address the OSD map gives.
@@ -44,7 +48,8 @@ func runTell(ctx context.Context, e *env, args []string) int {
 		}
 		target = msg.EntityName{Type: msg.EntityMon}
 	}
-	cmd, err := buildCommand(pos[1:], *format)
+	words := pos[1:]
+	cmd, err := buildCommand(words, *format)
 	if err != nil {
 		return usageError(e, fs, "%v", err)
 	}
@@ -76,12 +81,29 @@ func runTell(ctx context.Context, e *env, args []string) int {
 		return exitError
 	}
 	defer c.Close()
-	var res *monc.CommandResult
-	if target.Type == msg.EntityMon {
-		res, err = c.MonCommand(ctx, []string{cmd}, nil)
-	} else {
-		res, err = c.OSDCommand(ctx, int(target.Num), []string{cmd}, nil)
+	run := func(cmd string) (*monc.CommandResult, error) {
+		if target.Type == msg.EntityMon {
+			return c.MonCommand(ctx, []string{cmd}, nil)
+		}
+		return c.OSDCommand(ctx, int(target.Num), []string{cmd}, nil)
 	}
+	if !isJSONCommand(words) {
+		// Match the words against the target's own command signatures, as
+		// the ceph CLI does; without them, the words as buildCommand reads
+		// them.
+		res, err := run(`{"prefix": "get_command_descriptions"}`)
+		if err == nil && res.R == 0 {
+			descs, derr := parseDescriptions(res.Output)
+			if derr == nil {
+				if cmd, err = matchCommand(descs, words, *format); err != nil {
+					fmt.Fprintf(e.stderr, "ferry tell: %s: %v\n", pos[0], err)
+					return exitError
+				}
+			}
+		}
+		log.Debug("command", "target", pos[0], "json", cmd)
+	}
+	res, err := run(cmd)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "ferry tell: %s: %v\n", pos[0], err)
 		return exitError
@@ -103,6 +125,11 @@ func runTell(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// isJSONCommand reports whether the command words are one JSON object.
+func isJSONCommand(words []string) bool {
+	return len(words) == 1 && strings.HasPrefix(strings.TrimSpace(words[0]), "{")
+}
+
 // buildCommand turns the command words into the JSON command Ceph
 // daemons take: one word holding a JSON object is used as it is;
 // otherwise the words up to the first KEY=VALUE are the prefix ("mon
@@ -110,7 +137,7 @@ func runTell(ctx context.Context, e *env, args []string) int {
 // boolean when it reads as one ("osd find id=0"). format, if set, becomes
 // the "format" argument.
 func buildCommand(words []string, format string) (string, error) {
-	if len(words) == 1 && strings.HasPrefix(strings.TrimSpace(words[0]), "{") {
+	if isJSONCommand(words) {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(words[0]), &obj); err != nil {
 			return "", fmt.Errorf("command %q is not a JSON object: %v", words[0], err)
