@@ -39,6 +39,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	w := &c.ws
 	lw := newLowat(r)
 	ackDue := false
+	var framesIn uint64 // e.FramesIn already counted in the metrics
 	for {
 		if inj > 0 && injectHit(inj) {
 			return ErrInjectedFailure
@@ -97,6 +98,10 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 				c.putBudget(&pol, held)
 				return err
 			}
+		}
+		if f := e.FramesIn(); f != framesIn {
+			m.met.framesReceived(f - framesIn)
+			framesIn = f
 		}
 		now := time.Now()
 		c.lastRecv.Store(now.UnixNano())
@@ -589,6 +594,7 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 		return false
 	}
 	w.encode(c, e, ka, kaAck, stamp, ack)
+	c.m.met.framesSent(len(w.batch), ka, kaAck, ack)
 	return true
 }
 

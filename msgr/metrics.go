@@ -21,6 +21,8 @@ import (
 //	messages_sent{peer_type,msg_type}      messages taken for writing (each once; replays are resent_messages)
 //	received_bytes{peer_type}              front, middle and data bytes of messages received
 //	sent_bytes{peer_type}                  front, middle and data bytes of messages sent
+//	frames_received                        msgr2 frames received (handshake, control and message frames)
+//	frames_sent                            msgr2 frames sent after the handshake (messages, acks, keepalives)
 //	resent_messages                        messages written again after a reconnect (lossless replay)
 //	reconnects                             sessions resumed or re-established after a socket fault
 //	faults{reason}                         sockets that failed, by reason (see faultReason)
@@ -34,6 +36,8 @@ import (
 // connection: a connection keeps no metrics words of its own.
 type msgrMetrics struct {
 	rows          [len(peerTypes) + 1]peerRow
+	framesIn      *metrics.Counter
+	framesOut     *metrics.Counter
 	resent        *metrics.Counter
 	reconnects    *metrics.Counter
 	faults        metrics.CounterVec
@@ -65,6 +69,8 @@ func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
 	rb := r.CounterVec(d("received_bytes", "Front, middle and data bytes of the messages received.", "peer_type"))
 	sb := r.CounterVec(d("sent_bytes", "Front, middle and data bytes of the messages sent.", "peer_type"))
 	mm := &msgrMetrics{
+		framesIn:      r.Counter(d("frames_received", "msgr2 frames received, control frames and messages.")),
+		framesOut:     r.Counter(d("frames_sent", "msgr2 frames sent after the handshake: messages, acks and keepalives.")),
 		resent:        r.Counter(d("resent_messages", "Messages written again after a reconnect (lossless replay).")),
 		reconnects:    r.Counter(d("reconnects", "Sessions resumed or re-established after a socket fault.")),
 		faults:        r.CounterVec(d("faults", "Sockets that failed, by reason.", "reason")),
@@ -150,6 +156,28 @@ func (mm *msgrMetrics) fault(err error) {
 	if mm != nil {
 		mm.faults.With(faultReason(err)).Inc()
 	}
+}
+
+// framesReceived counts n frames received.
+func (mm *msgrMetrics) framesReceived(n uint64) {
+	if mm != nil {
+		mm.framesIn.Add(n)
+	}
+}
+
+// framesSent counts a batch's frames: its messages and the control
+// frames written with them.
+func (mm *msgrMetrics) framesSent(msgs int, ka, kaAck, ack bool) {
+	if mm == nil {
+		return
+	}
+	n := uint64(msgs)
+	for _, b := range [...]bool{ka, kaAck, ack} {
+		if b {
+			n++
+		}
+	}
+	mm.framesOut.Add(n)
 }
 
 // resentAdd counts n messages replayed after a reconnect.

@@ -78,6 +78,13 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+	// At least the n messages each way, plus the handshake's frames.
+	if got := ss.Total("ferry_msgr_frames_received"); got < n+4 {
+		t.Errorf("server frames_received %v, want at least %d", got, n+4)
+	}
+	if got := cs.Total("ferry_msgr_frames_sent"); got < n {
+		t.Errorf("client frames_sent %v, want at least %d", got, n)
+	}
 	var b strings.Builder
 	if err := ss.WritePrometheus(&b); err != nil {
 		t.Fatal(err)

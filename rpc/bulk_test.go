@@ -263,6 +263,27 @@ func TestBulkIntegrity(t *testing.T) {
 	if st.Active != 0 || st.InFlight != 0 || st.Failed != 0 {
 		t.Fatalf("stats after the transfers: %+v", st)
 	}
+	// Every transfer is counted under the protocol its size chose.
+	var want [4]uint64
+	for _, n := range sizes {
+		for _, op := range []rpc.BulkOp{rpc.BulkGet, rpc.BulkPut} {
+			switch {
+			case n <= eager:
+				want[rpc.Eager]++
+			case op == rpc.BulkPut && n <= seg:
+				want[rpc.Segmented]++
+			default:
+				want[rpc.Rendezvous]++
+			}
+		}
+	}
+	if st.Eager != want[rpc.Eager] || st.Segmented != want[rpc.Segmented] || st.Rendezvous != want[rpc.Rendezvous] {
+		t.Errorf("transfers by protocol: eager %d segmented %d rendezvous %d, want %v", st.Eager, st.Segmented, st.Rendezvous, want[1:])
+	}
+	ms := p.cli.Metrics().Snapshot()
+	if got := ms.Total("ferry_bulk_rendezvous_transfers"); got != float64(want[rpc.Rendezvous]) {
+		t.Errorf("ferry_bulk_rendezvous_transfers_total = %v, want %d", got, want[rpc.Rendezvous])
+	}
 }
 
 // TestBulkNoDataCRC moves every protocol's sizes between instances that

@@ -28,6 +28,7 @@ import (
 //	rpc.late_replies, rpc.requests_received, rpc.replies_sent, rpc.error_replies_sent,
 //	rpc.busy_refusals, rpc.held_bytes (gauge), rpc.malformed_messages,
 //	bulk.transfers_completed, bulk.transfers_failed, bulk.transferred_bytes,
+//	bulk.eager_transfers, bulk.segmented_transfers, bulk.rendezvous_transfers,
 //	bulk.direct_transfers, bulk.active_transfers (gauge), bulk.in_flight_bytes (gauge),
 //	bulk.window_waiting_transfers (gauge), bulk.overflow_held_bytes (gauge),
 //	bulk.overflow_waiting_requests (gauge)
@@ -100,6 +101,9 @@ func newRPCMetrics(reg *metrics.Registry, in *Instance) *rpcMetrics {
 		{true, "bulk", "transfers_completed", "Bulk transfers that succeeded.", bulk(func(s *BulkStats) float64 { return float64(s.Completed) })},
 		{true, "bulk", "transfers_failed", "Bulk transfers that failed or were aborted.", bulk(func(s *BulkStats) float64 { return float64(s.Failed) })},
 		{true, "bulk", "transferred_bytes", "Bytes moved by bulk transfers, in bytes.", bulk(func(s *BulkStats) float64 { return float64(s.Bytes) })},
+		{true, "bulk", "eager_transfers", "Bulk transfers started as one eager message.", bulk(func(s *BulkStats) float64 { return float64(s.Eager) })},
+		{true, "bulk", "segmented_transfers", "Bulk transfers started as chunks pushed within the window.", bulk(func(s *BulkStats) float64 { return float64(s.Segmented) })},
+		{true, "bulk", "rendezvous_transfers", "Bulk transfers started as chunks the receiver pulls.", bulk(func(s *BulkStats) float64 { return float64(s.Rendezvous) })},
 		{true, "bulk", "direct_transfers", "Bulk transfers done by the direct path (process_vm_readv/writev).", bulk(func(s *BulkStats) float64 { return float64(s.Direct) })},
 		{false, "bulk", "active_transfers", "Bulk transfers in progress.", bulk(func(s *BulkStats) float64 { return float64(s.Active) })},
 		{false, "bulk", "in_flight_bytes", "Bytes requested or sent and not yet landed, in bytes.", bulk(func(s *BulkStats) float64 { return float64(s.InFlight) })},

@@ -195,6 +195,8 @@ type bulkState struct {
 	nFailed uint64
 	bytes   uint64
 	nDirect uint64 // transfers that took the direct path (direct.go)
+	// nProto counts the transfers started, by BulkProtocol.
+	nProto [Rendezvous + 1]atomic.Uint64
 }
 
 // TransferWait runs a transfer and waits for it (no progress needed). If
@@ -341,6 +343,9 @@ func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error))
 func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
 	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{})}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
+	if int(t.proto) < len(c.nProto) {
+		c.nProto[t.proto].Add(1)
+	}
 	if d.Op == BulkPut && t.proto == Rendezvous && d.Local.key == 0 {
 		// An internal, unregistered source: the peer pulls it by key.
 		c.in.bulks.add(d.Local)
@@ -710,6 +715,8 @@ type BulkStats struct {
 	InFlight  int64  // bytes requested or sent and not yet landed
 	Parked    int    // transfers waiting for a shared window
 	Direct    uint64 // transfers that succeeded by the direct path (process_vm_readv/writev)
+	// Transfers started, by protocol.
+	Eager, Segmented, Rendezvous uint64
 	// Target side of the overflow path (BulkOptions.OverflowLimit).
 	OverflowHeld    int64 // bytes of pulled inputs held for requests not yet answered
 	OverflowWaiting int   // requests whose inputs wait for overflow budget
@@ -720,7 +727,8 @@ func (c *Context) BulkStats() BulkStats {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
 	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect,
-		OverflowHeld: c.ovfBytes, OverflowWaiting: len(c.ovfWait)}
+		OverflowHeld: c.ovfBytes, OverflowWaiting: len(c.ovfWait),
+		Eager: c.nProto[Eager].Load(), Segmented: c.nProto[Segmented].Load(), Rendezvous: c.nProto[Rendezvous].Load()}
 }
 
 // ---- receiving side: the dispatcher's part ----

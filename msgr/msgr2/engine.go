@@ -290,10 +290,11 @@ type Engine struct {
 	wantSig   [32]byte // the signature the peer must send
 
 	// Secure mode (set at the switch after AUTH_DONE).
-	tx     *SecureTx
-	rx     *SecureRx
-	inline [secureInline]byte
-	txErr  error // a send that could not be sealed
+	tx       *SecureTx
+	rx       *SecureRx
+	inline   [secureInline]byte
+	txErr    error  // a send that could not be sealed
+	framesIn uint64 // frames whose preamble was accepted (FramesIn)
 }
 
 // maxAuthRounds bounds the AUTH_REPLY_MORE / AUTH_REQUEST_MORE round
@@ -403,6 +404,11 @@ func (e *Engine) InSeq() uint64 { return e.inSeq }
 // SetInSeq sets the receive sequence (session resumption).
 func (e *Engine) SetInSeq(s uint64) { e.inSeq = s }
 
+// FramesIn returns how many frames the peer has sent so far (counted
+// when their preambles are accepted, from the banner on). It is read by
+// the goroutine that feeds the engine.
+func (e *Engine) FramesIn() uint64 { return e.framesIn }
+
 // Err returns the error that closed the engine, if any.
 func (e *Engine) Err() error { return e.err }
 
@@ -503,6 +509,7 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 		}
 		e.pre = pre
 		e.inFrame = true
+		e.framesIn++
 		if n, _ := e.Need(); n == 0 {
 			// A frame without a body to read (WAIT, or in secure mode a
 			// control frame that fits the inline area).
