@@ -335,6 +335,16 @@ func (m *Messenger) serveIncomingV1(nc net.Conn) {
 	if err == nil && c == nil {
 		err = errors.New("msgr: msgr1 handshake ended without a session")
 	}
+	if err == nil && m.cfg.Auth.ServerFor != nil && e.Peer().Auth == nil {
+		// A peer that did not authenticate in the handshake (a mon's
+		// client, which would log in with MAuth) may send control-sized
+		// messages only: pings and MAuth fit, and it cannot make us hold
+		// more than Limits.MaxControl (64 KiB by default) per message.
+		l := m.v1Limits()
+		pre := m.cfg.Limits.WithDefaults().MaxControl
+		l.MaxSegment, l.MaxMessage = min(l.MaxSegment, pre), min(l.MaxMessage, pre)
+		e.SetLimits(l)
+	}
 	if err != nil {
 		_ = nc.Close()
 		if run != nil && attached != nil {

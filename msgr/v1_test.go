@@ -271,3 +271,59 @@ func TestV1Auth(t *testing.T) {
 	}
 	recv(t, col.ch)
 }
+
+// TestV1UnauthenticatedLimit: a mon that requires authentication accepts
+// msgr1 clients without an authorizer (they would log in with MAuth),
+// but until then only control-sized messages: a larger one closes the
+// connection from its header.
+func TestV1UnauthenticatedLimit(t *testing.T) {
+	scfg := authConfig(adminKey)
+	scfg.Name = msg.EntityName{Type: msg.EntityMon}
+	scfg.Logger = quietLogger()
+	scfg.Limits.MaxControl = 4096
+	srv, err := msgr.New(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetDefaultPolicy(msgr.StatelessServer())
+	got := make(chan int, 4)
+	srv.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		got <- m.Len()
+		return true
+	}))
+	if err := srv.Bind("v1:127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Start()
+	defer srv.Shutdown()
+	cli, _ := newClient(t, transport.Default, msgr.Config{})
+	conn, err := cli.ConnectType(v1Addr(t, srv), msg.EntityMon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := msg.New(testType)
+	small.Front = msg.Buffers{make([]byte, 1000)}
+	if err := conn.Send(small); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n != 1000 {
+			t.Fatalf("got %d bytes", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("small message not delivered")
+	}
+	big := msg.New(testType)
+	big.Data = msg.Buffers{make([]byte, 5000)}
+	if err := conn.Send(big); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-conn.Done():
+	case n := <-got:
+		t.Fatalf("a %d-byte message from an unauthenticated peer was delivered", n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection not closed")
+	}
+}
