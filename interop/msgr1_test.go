@@ -174,3 +174,31 @@ func TestCephxClusterV1(t *testing.T) {
 	}
 	t.Logf("osd.0 over msgr1 with cephx: %s", strings.Join(strings.Fields(string(res.Output)), " "))
 }
+
+// TestCephCLIPingsFerryCephxV1: `ceph ping mon.a` with a cephx keyring
+// and "mon host = v1:…" against `ferry serve --auth cephx --listen v1:…`.
+// Over msgr1 the CLI's ping does not authenticate (a mon accepts a
+// connect without an authorizer; MAuth would follow), so it is answered.
+func TestCephCLIPingsFerryCephxV1(t *testing.T) {
+	cephtest.RequireCLI(t)
+	bin := buildFerry(t)
+	keyring := writeKeyring(t)
+	addr := startServe(t, bin, "--auth", "cephx", "--keyring", keyring, "--listen", "v1:127.0.0.1:0")
+	if !strings.HasPrefix(addr, "v1:") {
+		t.Fatalf("listening on %s", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := cephtest.CLI(ctx, writeCephxConf(t, strings.TrimSuffix(addr, "/0"), keyring, "crc"), "ping", "mon.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status struct {
+		MonStatus struct {
+			Ferry bool `json:"ferry"`
+		} `json:"mon_status"`
+	}
+	if err := json.Unmarshal(out, &status); err != nil || !status.MonStatus.Ferry {
+		t.Fatalf("ceph ping mon.a over v1: %s (%v)", out, err)
+	}
+}
