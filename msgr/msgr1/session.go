@@ -34,7 +34,7 @@ type ConnectAction uint8
 
 // Connect actions.
 const (
-	ConnectOpen         ConnectAction = iota + 1 // a new session: Accept{Reset: true} (or with InSeq 0)
+	ConnectOpen         ConnectAction = iota + 1 // a new session: Accept with InSeq 0 (SEQ with 0, as a mon answers)
 	ConnectReplace                               // this socket takes the existing session over: Accept with its in_seq
 	ConnectReplaceReset                          // the peer reset its session: drop ours (a remote reset if ResetCheck), Accept{Reset: true}
 	ConnectRetrySession                          // RetrySession(value)
