@@ -27,7 +27,7 @@ func TestHelpOnce(t *testing.T) {
 			if strings.Contains(r.stdout, "\n  -"+"-") == false {
 				t.Errorf("ferry %q: no --flag in the flag list:\n%s", args, r.stdout)
 			}
-			if regexp.MustCompile(`\n  -[a-z]`).MatchString(r.stdout) {
+			if regexp.MustCompile(`\n  -[a-z][a-z0-9]`).MatchString(r.stdout) {
 				t.Errorf("ferry %q: the flag list spells a flag with one dash:\n%s", args, r.stdout)
 			}
 			for _, f := range flagRef.FindAllString(c.usage, -1) {

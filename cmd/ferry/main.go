@@ -158,13 +158,16 @@ func newFlagSet(e *env, c string) *flag.FlagSet {
 }
 
 // printUsage writes the command's usage line and its flags, spelt with
-// two dashes as the usage lines spell them.
+// two dashes as the usage lines spell them (one-letter flags with one).
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	cmd := lookup(strings.TrimPrefix(fs.Name(), "ferry "))
 	fmt.Fprintf(w, "Usage: ferry %s %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.usage, capitalize(cmd.summary))
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // -c, as the ceph tools spell it
+		}
 		if name != "" {
 			line += " " + name
 		}
