@@ -282,7 +282,8 @@ func (g *Group) Excluded(rank uint32) bool {
 // complete with ErrExcluded, its connections are dropped, and requests
 // to it fail at once without dialling it) until a later verdict has it
 // alive. A verdict older than the one recorded (a lower incarnation) is
-// ignored, as is one on a non-member. It reports whether the state
+// ignored, as is any verdict but dead at the incarnation a member died
+// at, and one on a non-member. It reports whether the state
 // changed, and emits the event. The SWIM service started by StartSWIM
 // calls it; an application with its own failure detector may too. It
 // does not change the group's version: that is the authority's (see
@@ -293,7 +294,9 @@ func (g *Group) SetState(rank uint32, st MemberState, inc uint64) bool {
 	}
 	g.mu.Lock()
 	m, ok := g.members[rank]
-	if !ok || inc < m.inc || (m.state == st && m.inc == inc) {
+	// Dead is final for its incarnation (SWIM's rule): only a verdict at
+	// a higher one revives the member.
+	if !ok || inc < m.inc || (m.state == st && m.inc == inc) || (m.state == MemberDead && inc == m.inc) {
 		g.mu.Unlock()
 		return false
 	}

@@ -123,9 +123,13 @@ func TestDeadRankExcluded(t *testing.T) {
 	if err := c.Call(ctx, rpc.Endpoint{Rank: 0}, op(opEcho), &pair{}, new(pair)); err != nil {
 		t.Fatal(err)
 	}
-	// A verdict at an older incarnation does not revive it.
+	// A verdict at an older incarnation, or at the one it died at, does
+	// not revive it.
 	if g.SetState(1, rpc.MemberAlive, 6) || !g.Excluded(1) {
 		t.Fatal("an older verdict revived the rank")
+	}
+	if g.SetState(1, rpc.MemberAlive, 7) || g.SetState(1, rpc.MemberSuspect, 7) || !g.Excluded(1) {
+		t.Fatal("a verdict at the incarnation it died at revived the rank")
 	}
 	if st, inc, ok := g.State(1); st != rpc.MemberDead || inc != 7 || !ok {
 		t.Fatalf("State(1) = %v %d %v", st, inc, ok)
