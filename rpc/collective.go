@@ -303,7 +303,8 @@ var collSeq atomic.Uint32
 // its deadline (ranks that have not answered by then are listed with
 // coll.ReasonTimedOut), or when ctx is canceled (pending ranks listed
 // with coll.ReasonCanceled; Broadcast then also returns an error matching
-// ErrCanceled and context.Canceled). It returns only an error, without
+// ErrCanceled and context.Canceled). An abort is local, as in CaRT: the
+// ranks below stop at their own deadlines. It returns only an error, without
 // result, if the collective cannot start: this instance is not a group
 // member (a collective is rooted at a member, as in CaRT), the opcode is
 // not a registered collective, the topology is invalid, or the input
