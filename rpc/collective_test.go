@@ -292,62 +292,90 @@ func TestCollectiveExcludedAndSubset(t *testing.T) {
 	}
 }
 
-// TestCollectiveRankDown: a rank that is closed before the collective,
-// and a rank killed while its handler runs, are listed as unreachable
-// with their whole subtrees (via them); the rest answers, well within the
-// deadline.
+// TestCollectiveRankDown: over 2, 3, 16 and 64 ranks and every
+// topology, a rank that is closed before the collective and a rank killed
+// while its handler runs are listed as unreachable with their whole
+// subtrees (via them), an excluded rank as excluded; the rest answers,
+// well within the deadline.
 func TestCollectiveRankDown(t *testing.T) {
-	for _, topo := range collTopologies {
-		t.Run(topo.String(), func(t *testing.T) {
-			_, ins, h := collGroup(t, 16)
-			tree, _ := coll.NewTree(topo, ranksUpTo(16), 0)
-			// A closed rank: an inner one where the tree has any.
-			down := uint32(1)
-			ins[down].Close()
-			// A rank killed mid-collective: its handler signals, then
-			// the test shuts its messenger down.
-			killed := uint32(15)
-			started, release := make(chan struct{}), make(chan struct{})
-			h.set(killed, func(ctx context.Context) error {
-				close(started)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				return nil
-			})
-			go func() {
-				select {
-				case <-started:
-					ins[killed].Messenger().Shutdown()
-				case <-release: // under the closed rank: never reached
-				}
-			}()
-			defer close(release)
-			t0 := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			res, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Input: rpc.Bytes("collective input")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := time.Since(t0); d > 10*time.Second {
-				t.Fatalf("took %v", d)
-			}
-			for _, r := range tree.Subtree(down) {
-				wantFailed(t, res, r, coll.ReasonUnreachable, down, rpc.ErrUnreachable)
-			}
-			for _, r := range tree.Subtree(killed) {
-				if _, ok := res.FailedRank(r); !ok {
-					t.Fatalf("rank %d (under killed %d) not failed: %v", r, killed, res.Failed)
-				}
-			}
-			if f, _ := res.FailedRank(killed); f.Reason != coll.ReasonUnreachable {
-				t.Fatalf("killed rank: %v", f)
-			}
-			covered(t, res, ranksUpTo(16))
-		})
+	for _, n := range []int{2, 3, 16, 64} {
+		for _, topo := range collTopologies {
+			t.Run(fmt.Sprintf("n%d/%v", n, topo), func(t *testing.T) { rankDown(t, n, topo) })
+		}
 	}
+}
+
+// rankDown runs one collective from rank 0 over n ranks with rank 1
+// closed before it and, with more than 2 ranks, rank n-1 killed while
+// its handler runs, plus an excluded rank with more than 3.
+func rankDown(t *testing.T, n int, topo coll.Topology) {
+	_, ins, h := collGroup(t, n)
+	var excluded []uint32
+	if n > 3 {
+		excluded = []uint32{2}
+	}
+	tree, _ := coll.NewScopedTree(topo, ranksUpTo(n), excluded, false, 0)
+	// A closed rank: an inner one where the tree has any.
+	down := uint32(1)
+	ins[down].Close()
+	// A rank killed mid-collective: its handler signals, then the test
+	// shuts its messenger down.
+	killed := uint32(n - 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	if n > 2 {
+		h.set(killed, func(ctx context.Context) error {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+		go func() {
+			select {
+			case <-started:
+				ins[killed].Messenger().Shutdown()
+			case <-release: // under the closed rank: never reached
+			}
+		}()
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := ins[0].Context(0).Broadcast(ctx, rpc.CollectiveDesc{Opcode: opRanks, Topology: topo, Excluded: excluded, Input: rpc.Bytes("collective input")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	for _, r := range tree.Subtree(down) {
+		wantFailed(t, res, r, coll.ReasonUnreachable, down, rpc.ErrUnreachable)
+	}
+	if n > 2 {
+		for _, r := range tree.Subtree(killed) {
+			if _, ok := res.FailedRank(r); !ok {
+				t.Fatalf("rank %d (under killed %d) not failed: %v", r, killed, res.Failed)
+			}
+		}
+		if f, _ := res.FailedRank(killed); f.Reason != coll.ReasonUnreachable {
+			t.Fatalf("killed rank: %v", f)
+		}
+	}
+	for _, r := range excluded {
+		wantFailed(t, res, r, coll.ReasonExcluded, r, rpc.ErrExcluded)
+	}
+	// Everything else answered, its value in the aggregate.
+	for _, r := range ranksUpTo(n) {
+		if _, failed := res.FailedRank(r); !failed && !slices.Contains(res.Answered, r) {
+			t.Fatalf("rank %d neither answered nor failed", r)
+		}
+	}
+	if !slices.Contains(res.Answered, 0) {
+		t.Fatalf("root did not answer: %v", res.Failed)
+	}
+	covered(t, res, ranksUpTo(n))
 }
 
 // TestCollectiveVersionMismatch: a rank at another group version refuses;
