@@ -222,7 +222,8 @@ func (p *Peer) Lossy() bool { return p.Flags&IdentFlagLossy != 0 }
 type state uint8
 
 const (
-	stBannerPrefix state = iota
+	stBannerMagic  state = iota // the 8 bytes "ceph v2\n" (a msgr1 peer sends only 9 bytes and waits)
+	stBannerPrefix              // the banner payload's le16 length
 	stBannerPayload
 	stHello
 	stAuth          // client: AUTH_REQUEST sent; server: waiting for AUTH_REQUEST
@@ -418,8 +419,10 @@ func (e *Engine) Err() error { return e.err }
 // will not reuse.
 func (e *Engine) Need() (n int, retain bool) {
 	switch e.state {
+	case stBannerMagic:
+		return len(BannerPrefix), false
 	case stBannerPrefix:
-		return BannerPrefixLen, false
+		return BannerPrefixLen - len(BannerPrefix), false
 	case stBannerPayload:
 		return e.bannerN, false
 	case stClosed, stDecide:
@@ -467,8 +470,21 @@ func (e *Engine) Feed(p []byte) ([]Event, error) {
 		e.preAuth += len(p)
 	}
 	switch e.state {
+	case stBannerMagic:
+		// Checked before the length is read: a msgr1 peer sends its
+		// 9-byte banner and waits for ours, and must be told at once.
+		if string(p) == msgr1BannerPrefix[:len(BannerPrefix)] {
+			return nil, e.fail(errorf(ErrMsgr1Banner, 0, "banner %q: a msgr1 peer", msgr1BannerPrefix))
+		}
+		if string(p) != BannerPrefix {
+			return nil, e.fail(errorf(ErrBadBanner, 0, "banner %q", p))
+		}
+		e.state = stBannerPrefix
+		return nil, nil
 	case stBannerPrefix:
-		n, err := ParseBannerPrefix(p)
+		var pre [BannerPrefixLen]byte
+		copy(pre[copy(pre[:], BannerPrefix):], p)
+		n, err := ParseBannerPrefix(pre[:])
 		if err != nil {
 			return nil, e.fail(err)
 		}
