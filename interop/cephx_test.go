@@ -87,6 +87,7 @@ func TestCephx(t *testing.T) {
 			}
 			t.Run("mon", func(t *testing.T) { testCephxMon(t, cl, want) })
 			t.Run("osd", func(t *testing.T) { testCephxOSD(t, cl, want) })
+			t.Run("mon-v1", func(t *testing.T) { testCephxMonV1(t, bin, cl) })
 			t.Run("wrong-key", func(t *testing.T) { testCephxWrongKey(t, cl) })
 			t.Run("refused-mode", func(t *testing.T) { testCephxRefusedMode(t, cl, want) })
 			t.Run("forged-ticket", func(t *testing.T) { testCephxForgedTicket(t, cl) })
@@ -269,4 +270,43 @@ func testCephxForgedTicket(t *testing.T, cl *cephtest.Cluster) {
 		t.Fatalf("forged ticket: %v, want msgr2.ErrAuthRejected", err)
 	}
 	t.Logf("forged ticket: %v", err)
+}
+
+// testCephxMonV1: over msgr1 (mon host = v1:...) ferry logs in to the
+// mon with MAuth (msgr1's connect carries no authorizer for a mon), runs
+// MPing, MMonGetVersion and mon stat, and reaches the OSD with the ticket it got; ferry tell does
+// the same from the command line.
+func testCephxMonV1(t *testing.T, bin string, cl *cephtest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	v1, err := msg.ParseAddrVec("v1:" + cl.MonV1 + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := monc.Dial(ctx, monc.Config{Mons: []msg.AddrVec{v1}, Cephx: cephxClient(t, cl, "client.admin"), Logger: quiet, Msgr: msgr.Config{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !strings.HasPrefix(c.Mon(), "v1:") || c.GlobalID() == 0 || c.FSID().String() != cl.FSID {
+		t.Fatalf("session with %s, global id %d, fsid %v", c.Mon(), c.GlobalID(), c.FSID())
+	}
+	if st, err := c.Ping(ctx); err != nil || !strings.Contains(string(st), `"mon_status"`) {
+		t.Fatalf("ping over v1: %s, %v", st, err)
+	}
+	if v, err := c.GetVersion(ctx, "osdmap"); err != nil || v.Version < 1 {
+		t.Fatalf("get_version over v1: %+v, %v", v, err)
+	}
+	res, err := c.MonCommand(ctx, []string{`{"prefix":"mon stat","format":"json"}`}, nil)
+	if err != nil || res.Err() != nil || !strings.Contains(string(res.Output), `"quorum"`) {
+		t.Fatalf("mon stat over v1: %+v, %v", res, err)
+	}
+	if res, err = c.OSDCommand(ctx, 0, []string{`{"prefix": "version"}`}, nil); err != nil || res.Err() != nil {
+		t.Fatalf("osd.0 version after a v1 login: %+v, %v", res, err)
+	}
+	out, errOut, code := runFerry(t, bin, "tell", "--mon", "v1:"+cl.MonV1, "--keyring", cl.KeyringPath("client.admin"), "mon.a", "mon", "stat")
+	if code != 0 || !strings.Contains(out, "quorum") {
+		t.Fatalf("ferry tell --mon v1:...: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }

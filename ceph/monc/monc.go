@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -332,7 +333,7 @@ func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
 	for round := 1; ; round++ {
 		shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, i := range order {
-			addr, err := connectAddr(c.cfg.Mons[i])
+			addr, err := c.connectAddr(c.cfg.Mons[i])
 			if err == nil {
 				var conn *msgr.Conn
 				if conn, err = c.tryMon(ctx, addr); err == nil {
@@ -415,7 +416,9 @@ func (c *Client) tryMon(ctx context.Context, addr string) (*msgr.Conn, error) {
 	}
 	c.mon, c.monAddr = conn, addr
 	c.mu.Unlock()
-	if c.cfg.MAuthLogin {
+	// Over msgr1 the connect message carries no authorizer for a mon: the
+	// login runs in MAuth messages once the session is up.
+	if c.cfg.Cephx != nil && (c.cfg.MAuthLogin || strings.HasPrefix(addr, "v1:")) {
 		if err := c.mauthLogin(actx, conn); err != nil {
 			c.dropMon(conn)
 			conn.MarkDown()
@@ -434,15 +437,14 @@ func (c *Client) tryMon(ctx context.Context, addr string) (*msgr.Conn, error) {
 	return conn, nil
 }
 
-// connectAddr picks the address of vec to connect to, as Pacific does:
-// the first msgr2 (or "any") entry; ferry speaks msgr1 only where the
-// messenger has it wired in, so a v1-only vector is an error.
-func connectAddr(vec msg.AddrVec) (string, error) {
-	if a, ok := vec.Msgr2(); ok {
-		a.Type = msg.AddrMsgr2
+// connectAddr picks the address of vec to connect to as Pacific does
+// (msgr.Messenger.PickAddr: the first msgr2 or msgr1 entry, v2 unless
+// the messenger listens on v1 only).
+func (c *Client) connectAddr(vec msg.AddrVec) (string, error) {
+	if a, ok := c.m.PickAddr(vec); ok {
 		return a.String(), nil
 	}
-	return "", fmt.Errorf("%w in %v (msgr1 only)", ErrNoAddr, vec)
+	return "", fmt.Errorf("%w in %v", ErrNoAddr, vec)
 }
 
 // Mon returns the address of the mon the session is with, or "" if there
@@ -802,7 +804,7 @@ func (c *Client) OSDConn(ctx context.Context, id int) (*msgr.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, err := connectAddr(addrs)
+	addr, err := c.connectAddr(addrs)
 	if err != nil {
 		return nil, err
 	}

@@ -233,16 +233,16 @@ func TestHuntAndRequests(t *testing.T) {
 func TestHuntFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v1only, _ := msg.ParseAddrVec("v1:127.0.0.1:6789/0")
+	noProto := msg.AddrVec{{Type: msg.AddrAny}} // no msgr2 or msgr1 entry
 	dead := deadAddr(t)
 	_, err := Dial(ctx, Config{Mons: []msg.AddrVec{dead}, Logger: quiet(), HuntTimeout: 3 * time.Second, HuntRounds: 3})
 	var he *HuntError
 	if !errors.As(err, &he) || len(he.Attempts) != 3 {
 		t.Fatalf("err = %v, want a HuntError with three attempts (three rounds)", err)
 	}
-	// A mon with no usable address ends the hunt at once: another round
-	// would not change it.
-	_, err = Dial(ctx, Config{Mons: []msg.AddrVec{v1only}, Logger: quiet(), HuntTimeout: 3 * time.Second})
+	// A mon with no usable address (no msgr2 or msgr1 entry) ends the
+	// hunt at once: another round would not change it.
+	_, err = Dial(ctx, Config{Mons: []msg.AddrVec{noProto}, Logger: quiet(), HuntTimeout: 3 * time.Second})
 	if !errors.As(err, &he) || len(he.Attempts) != 1 || !errors.Is(err, ErrNoAddr) {
 		t.Fatalf("err = %v, want a HuntError with one ErrNoAddr attempt", err)
 	}
