@@ -171,7 +171,8 @@ func testCephxTell(t *testing.T, bin string, cl *cephtest.Cluster) {
 }
 
 // testCephxPing: `ferry ping -c conf` hunts the conf's mons and pings
-// with cephx; --json stays parseable with the logs on stderr.
+// with cephx; --json stays parseable with the logs on stderr; a wrong key
+// is refused over v2 and over v1.
 func testCephxPing(t *testing.T, bin string, cl *cephtest.Cluster) {
 	out, errOut, code := runFerry(t, bin, "ping", "-c", cl.ConfPath, "--count", "5", "--json")
 	var res struct {
@@ -184,5 +185,15 @@ func testCephxPing(t *testing.T, bin string, cl *cephtest.Cluster) {
 	out, errOut, code = runFerry(t, bin, "ping", "--keyring", writeKeyring(t), "--count", "1", "v2:"+cl.MonV2+"/0")
 	if code == 0 || !strings.Contains(errOut, "EACCES") {
 		t.Fatalf("ferry ping with a wrong key: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// Over msgr1 the login is in MAuth after the connect: the right key
+	// pings, a wrong one is refused with the mon's EACCES.
+	out, errOut, code = runFerry(t, bin, "ping", "--keyring", cl.KeyringPath("client.admin"), "--count", "3", "--json", "v1:"+cl.MonV1+"/0")
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Count != 3 || res.Errors != 0 {
+		t.Fatalf("ferry ping v1 with cephx: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runFerry(t, bin, "ping", "--keyring", writeKeyring(t), "--count", "1", "v1:"+cl.MonV1+"/0")
+	if code == 0 || !strings.Contains(errOut, "EACCES") {
+		t.Fatalf("ferry ping v1 with a wrong key: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

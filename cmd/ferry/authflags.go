@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrymsg/ferry/auth"
 	"github.com/ferrymsg/ferry/auth/cephx"
+	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/ceph/cephconf"
 	"github.com/ferrymsg/ferry/ceph/monc"
 	"github.com/ferrymsg/ferry/msg"
@@ -268,4 +269,45 @@ func dialPingAny(ctx context.Context, addrs []string, log *slog.Logger, o *msgrO
 		}
 	}
 	return nil, fmt.Errorf("no mon answered: %w", errors.Join(errs...))
+}
+
+// mauthLoginConn logs in to the mon at the other end of conn with MAuth
+// messages (msgr1's mon login: the connect message carries no authorizer
+// for a mon); the MAuthReply messages come on replies.
+func mauthLoginConn(ctx context.Context, conn *msgr.Conn, cx *cephx.Client, replies <-chan *msg.Message) error {
+	l := cx.MAuthLogin()
+	exchange := func(protocol uint32, payload []byte) (*ceph.AuthReply, error) {
+		if err := conn.Send((&ceph.Auth{Protocol: protocol, Payload: payload}).Marshal()); err != nil {
+			return nil, err
+		}
+		select {
+		case r := <-replies:
+			defer r.Done()
+			var rep ceph.AuthReply
+			if err := rep.Unmarshal(r); err != nil {
+				return nil, err
+			}
+			rep.ResultBL = append([]byte(nil), rep.ResultBL...)
+			return &rep, nil
+		case <-conn.Done():
+			return nil, fmt.Errorf("mon login: connection closed: %v", conn.Err())
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mon login: %w", ctx.Err())
+		}
+	}
+	rep, err := exchange(cephx.MAuthProtocolNegotiate, l.Hello())
+	if err != nil {
+		return err
+	}
+	p, err := l.HandleChallenge(rep.Result, rep.ResultBL)
+	if err != nil {
+		return fmt.Errorf("mon login: %w", err)
+	}
+	if rep, err = exchange(cephx.MAuthProtocolCephx, p); err != nil {
+		return err
+	}
+	if _, err := l.HandleDone(rep.Result, rep.GlobalID, rep.ResultBL); err != nil {
+		return fmt.Errorf("mon login: %w", err)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
@@ -331,6 +332,11 @@ type pingClient struct {
 
 	nextTid uint64 // last tid used; tids are unique across runs
 	pattern []byte // data pattern, see requestData
+
+	// cx, with cephx, logs in to a mon reached over msgr1 with MAuth
+	// (authflags.go); its replies come on auths.
+	cx    *cephx.Client
+	auths chan *msg.Message
 }
 
 // replyQueueLen bounds the replies dispatched but not yet taken by the
@@ -364,6 +370,12 @@ func dialPingWith(ctx context.Context, addr string, log *slog.Logger, o *msgrOpt
 		maxBackoff: cmp.Or(o.MaxBackoff, 15*time.Second),
 	}
 	p.maxBackoff = max(p.maxBackoff, p.backoff)
+	if o.Auth != nil {
+		if p.cx, err = o.Auth.cephxClient(); err != nil {
+			return nil, err
+		}
+		p.auths = make(chan *msg.Message, 1)
+	}
 	m.AddDispatcherTail(p)
 	if err := m.Start(); err != nil {
 		p.Close()
@@ -386,6 +398,12 @@ func (p *pingClient) connect(ctx context.Context) (*msgr.Conn, error) {
 	}
 	if err := c.Ready(ctx); err != nil {
 		return nil, fmt.Errorf("connect %s: %w", p.addr, err)
+	}
+	if p.cx != nil && strings.HasPrefix(p.addr, "v1:") && c.PeerType() == msg.EntityMon {
+		if err := mauthLoginConn(ctx, c, p.cx, p.auths); err != nil {
+			c.MarkDown()
+			return nil, fmt.Errorf("connect %s: %w", p.addr, err)
+		}
 	}
 	return c, nil
 }
@@ -416,6 +434,13 @@ func (p *pingClient) redial(ctx context.Context) (*msgr.Conn, error) {
 
 // Dispatch takes MPing replies; it implements msgr.Dispatcher.
 func (p *pingClient) Dispatch(m *msg.Message) bool {
+	if m.Header.Type == ceph.MsgAuthReply && p.auths != nil {
+		select {
+		case p.auths <- m:
+		default: // no login waits for it
+		}
+		return true
+	}
 	if m.Header.Type != ceph.MsgPing {
 		return false
 	}
