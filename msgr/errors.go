@@ -31,6 +31,10 @@ var (
 	// ErrPeerFault: a layer above the messenger closed the connection
 	// because the peer broke that layer's protocol (Conn.Fault).
 	ErrPeerFault = errors.New("msgr: peer broke the protocol")
+	// ErrIdentityChanged: an incoming connection authenticated as one
+	// entity claimed (by CLIENT_IDENT or SESSION_RECONNECT) the session
+	// of another; the connection is refused and the session kept.
+	ErrIdentityChanged = errors.New("msgr: session belongs to another authenticated entity")
 )
 
 // faultError is the reason of a connection closed by Conn.Fault: it

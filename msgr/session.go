@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -85,7 +86,23 @@ func isProtocolRefusal(err error) bool {
 	var pe *msgr2.Error
 	var ae *msgr2.AuthError
 	var pe1 *msgr1.Error
-	return errors.As(err, &pe) || errors.As(err, &ae) || errors.As(err, &pe1)
+	return errors.As(err, &pe) || errors.As(err, &ae) || errors.As(err, &pe1) || errors.Is(err, ErrIdentityChanged)
+}
+
+// checkIdentity refuses to let a socket whose peer authenticated as one
+// entity carry an incoming session another entity authenticated: the
+// session's queued messages, and whatever the server authorized by its
+// Auth, are that entity's. Addresses, nonces and cookies are the
+// client's to claim (and in clear in crc mode); the authenticated name
+// is not.
+func (c *Conn) checkIdentity(e *msgr2.Engine) error {
+	got := e.AuthResult().Name
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outgoing || !c.everReady || c.auth.Name == (msg.AuthName{}) || got == c.auth.Name {
+		return nil
+	}
+	return fmt.Errorf("%w: the session of %s claimed by a connection authenticated as %s", ErrIdentityChanged, c.auth.Name, got)
 }
 
 // waitToConnect returns false once the connection is closed. A lossless
@@ -465,6 +482,12 @@ func (m *Messenger) onClientIdent(e *msgr2.Engine, nc net.Conn, run **socketRun)
 		st = ex.sessionState(m.myAddrLocked())
 	}
 	act := msgr2.DecideIdent(st, ci)
+	if ex != nil && register && (act == msgr2.IdentReplace || act == msgr2.IdentReset || act == msgr2.IdentReuse) {
+		if err := ex.checkIdentity(e); err != nil {
+			m.mu.Unlock()
+			return nil, err
+		}
+	}
 	var c, old *Conn
 	remoteReset := false
 	switch act {
@@ -556,6 +579,9 @@ func (m *Messenger) onReconnect(e *msgr2.Engine, nc net.Conn, run **socketRun) (
 		return nil, ErrWait
 	}
 	// Resume: the session takes over this socket.
+	if err := ex.checkIdentity(e); err != nil {
+		return nil, err
+	}
 	if *run = ex.takeover(nc, e); *run == nil {
 		return nil, e.Reset(true)
 	}
