@@ -2,6 +2,7 @@ package msgr
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -308,8 +309,19 @@ func (m *Messenger) serveIncomingV1(nc net.Conn) {
 		return
 	}
 	cfg.AuthServer = as
+	// The handshake bound of msgr2 (Config.MaxHandshakes) applies to
+	// msgr1 too: nothing is read or allocated before a slot.
+	actx, cancel := context.WithTimeout(m.ctx, m.cfg.HandshakeTimeout)
+	slot, err := m.hs.admit(actx, nc)
+	cancel()
+	if err != nil {
+		m.log.Debug("incoming msgr1 connection timed out waiting for a handshake slot", "remote", nc.RemoteAddr().String())
+		_ = nc.Close()
+		return
+	}
 	e := msgr1.NewEngine(cfg)
-	br := bufio.NewReaderSize(nc, readBufSize)
+	hr := &hsReader{r: nc, entry: slot}
+	br := bufio.NewReaderSize(hr, readBufSize)
 	var (
 		run      *socketRun
 		attached *Conn
@@ -332,6 +344,11 @@ func (m *Messenger) serveIncomingV1(nc net.Conn) {
 		}
 		return nil, nil
 	})
+	hr.entry = nil
+	m.hs.release(slot)
+	if err != nil && slot.evicted.Load() {
+		err = ErrHandshakeEvicted
+	}
 	if err == nil && c == nil {
 		err = errors.New("msgr: msgr1 handshake ended without a session")
 	}
