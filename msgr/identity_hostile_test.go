@@ -2,6 +2,7 @@ package msgr_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ type seenMsg struct {
 	tid  uint64
 }
 
-func twoEntityServer(t *testing.T, seen chan<- seenMsg) *msgr.Messenger {
+func twoEntityServer(t *testing.T, listen string, seen chan<- seenMsg) *msgr.Messenger {
 	t.Helper()
 	keys := map[string][]byte{"client.alice": []byte("alice's key 0123"), "client.mallory": []byte("mallory's key 01")}
 	caps := map[string]string{"client.alice": "allow rw", "client.mallory": "allow r"}
@@ -43,7 +44,7 @@ func twoEntityServer(t *testing.T, seen chan<- seenMsg) *msgr.Messenger {
 		seen <- seenMsg{conn: c, who: c.Auth().Name.String(), tid: m.Header.Tid}
 		return true
 	}))
-	if err := s.Bind("tcp://127.0.0.1:0"); err != nil {
+	if err := s.Bind(listen); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Start(); err != nil {
@@ -89,9 +90,17 @@ func entityClient(t *testing.T, id string, key []byte, nonce uint32) *msgr.Messe
 // messages arrived on keeps saying alice, mallory's messages do not
 // arrive on it, and alice, back, is served on it.
 func TestSessionNotTakenOverByAnotherEntity(t *testing.T) {
+	t.Run("msgr2", func(t *testing.T) { testSessionNotTakenOver(t, "tcp://127.0.0.1:0") })
+	t.Run("msgr1", func(t *testing.T) { testSessionNotTakenOver(t, "v1:127.0.0.1:0") })
+}
+
+func testSessionNotTakenOver(t *testing.T, listen string) {
 	seen := make(chan seenMsg, 16)
-	s := twoEntityServer(t, seen)
+	s := twoEntityServer(t, listen, seen)
 	addr := s.ListenAddrs()[0]
+	if strings.HasPrefix(listen, "v1:") {
+		addr = v1Addr(t, s)
+	}
 	const nonce = 0x5eed
 	next := func(what string) seenMsg {
 		t.Helper()

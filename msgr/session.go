@@ -96,7 +96,12 @@ func isProtocolRefusal(err error) bool {
 // client's to claim (and in clear in crc mode); the authenticated name
 // is not.
 func (c *Conn) checkIdentity(e *msgr2.Engine) error {
-	got := e.AuthResult().Name
+	return c.checkIdentityName(e.AuthResult().Name)
+}
+
+// checkIdentityName is checkIdentity for a connection whose peer
+// authenticated as got (the zero name: not authenticated).
+func (c *Conn) checkIdentityName(got msg.AuthName) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.outgoing || !c.everReady || c.auth.Name == (msg.AuthName{}) || got == c.auth.Name {

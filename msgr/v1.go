@@ -369,7 +369,7 @@ func (m *Messenger) serveIncomingV1(nc net.Conn) {
 		}
 		if m.ctx.Err() == nil && !errors.Is(err, errDropIncoming) && !errors.Is(err, ErrWait) {
 			var pe *msgr1.Error
-			if errors.As(err, &pe) {
+			if errors.As(err, &pe) || errors.Is(err, ErrIdentityChanged) {
 				m.log.Warn("closing incoming msgr1 connection on protocol error", "remote", nc.RemoteAddr().String(), "err", err)
 			} else {
 				m.log.Debug("incoming msgr1 handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
@@ -429,6 +429,16 @@ func (m *Messenger) onConnectV1(e *msgr1.Engine, nc net.Conn, run **socketRun) (
 		st = ex.sessionStateV1(me)
 	}
 	act, val := msgr1.DecideConnect(st, &cm)
+	if ex != nil && register && (act == msgr1.ConnectOpen || act == msgr1.ConnectReplace || act == msgr1.ConnectReplaceReset) {
+		var got msg.AuthName
+		if peer.Auth != nil {
+			got = peer.Auth.Name
+		}
+		if err := ex.checkIdentityName(got); err != nil {
+			m.mu.Unlock()
+			return nil, err
+		}
+	}
 	var c, old *Conn
 	peerReset := false
 	switch act {
