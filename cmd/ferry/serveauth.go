@@ -121,7 +121,8 @@ func (sa *serverAuth) session(conn *msgr.Conn) *cephx.MonSession {
 	return s
 }
 
-// Dispatch answers MAuth on an authenticated session (msgr.Dispatcher).
+// Dispatch answers MAuth on an authenticated session, and an MAuth login
+// (msgr1's) on a connection without one (msgr.Dispatcher).
 func (sa *serverAuth) Dispatch(m *msg.Message) bool {
 	if m.Header.Type != ceph.MsgAuth {
 		return false
@@ -137,6 +138,14 @@ func (sa *serverAuth) Dispatch(m *msg.Message) bool {
 		return true
 	}
 	s := sa.session(conn)
+	if s == nil && req.Protocol == cephx.MAuthProtocolNegotiate {
+		// A msgr1 client logs in to a mon with MAuth after READY: the
+		// negotiation starts this connection's session.
+		s = sa.ks.Handler()
+		sa.mu.Lock()
+		sa.sessions[conn] = s
+		sa.mu.Unlock()
+	}
 	if s == nil {
 		rep := ceph.AuthReply{Protocol: req.Protocol, Result: cephx.StatusEACCES, ResultMsg: "no cephx login on this connection"}
 		_ = conn.Send(rep.Marshal())
