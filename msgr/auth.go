@@ -179,6 +179,20 @@ func (c *Conn) Auth() AuthInfo {
 	return c.auth
 }
 
+// Authenticated records that the peer of c authenticated after the
+// handshake, through messages a layer above handled (a msgr1 client's
+// MAuth login to a mon): Auth then reports res, and a msgr1 connection's
+// limits go from the pre-authentication ones (Limits.MaxControl per
+// message) back to the messenger's, from the next message the reader
+// takes. On msgr2, where authentication is part of the handshake, it
+// only updates Auth.
+func (c *Conn) Authenticated(res auth.Result) {
+	c.mu.Lock()
+	c.auth = authInfo(res, c.auth.Mode)
+	c.mu.Unlock()
+	c.liftLimits.Store(true)
+}
+
 // authClient returns the auth.Client for one connection attempt of c.
 func (m *Messenger) authClient(c *Conn) (auth.Client, error) {
 	if m.cfg.Auth.ClientFor != nil {

@@ -97,6 +97,10 @@ type Conn struct {
 	reconnects       atomic.Uint64
 
 	priv atomic.Value
+
+	// liftLimits: Authenticated was called; the msgr1 reader restores
+	// the messenger's limits.
+	liftLimits atomic.Bool
 }
 
 // ID returns the connection's id, unique within its messenger.

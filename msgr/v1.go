@@ -600,6 +600,9 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 		if inj > 0 && injectHit(inj) {
 			return ErrInjectedFailure
 		}
+		if c.liftLimits.Load() && c.liftLimits.CompareAndSwap(true, false) {
+			e.SetLimits(m.v1Limits()) // the peer authenticated (Conn.Authenticated)
+		}
 		n, retain := e.Need()
 		if n == 0 {
 			if err := e.Err(); err != nil {

@@ -152,6 +152,11 @@ func (sa *serverAuth) Dispatch(m *msg.Message) bool {
 		return true
 	}
 	ans, _ := s.HandleMAuth(req.Protocol, req.Payload)
+	if ans.Login != nil {
+		// A login over MAuth (msgr1): the connection is authenticated
+		// from now on, and its peer may send messages of any size.
+		conn.Authenticated(*ans.Login)
+	}
 	rep := ceph.AuthReply{Protocol: ans.Protocol, Result: ans.Result, GlobalID: ans.GlobalID, ResultBL: ans.ResultBL}
 	_ = conn.Send(rep.Marshal())
 	return true

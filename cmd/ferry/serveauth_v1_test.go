@@ -37,6 +37,12 @@ func TestServeCephxV1MAuthLogin(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("ping v1 with the right key: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// Once logged in, the connection takes messages of any size (before
+	// the login, at most Limits.MaxControl, 64 KiB).
+	r = runFerry(t, 20*time.Second, "ping", "--keyring", good, "--count", "3", "--size", "300000", "--timeout", "10s", srv.addr)
+	if r.code != 0 {
+		t.Fatalf("ping v1 of 300000 bytes after the login: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	r = runFerry(t, 20*time.Second, "ping", "--keyring", bad, "--count", "1", "--timeout", "10s", srv.addr)
 	if r.code == 0 || !strings.Contains(r.stderr, "mon login") {
 		t.Fatalf("ping v1 with a wrong key: exit %d\n%s%s", r.code, r.stdout, r.stderr)
