@@ -198,23 +198,8 @@ func startMon(t testing.TB, dir string) (_ *Mon, retry bool, _ error) {
 	m.cmd.Dir = dir
 	m.cmd.Stdout = stdout
 	m.cmd.Stderr = stdout
-	// If the test binary dies, the kernel kills the mon. The death
-	// signal follows the OS thread that started the child, so that thread
-	// stays locked to the goroutine that waits for the child.
 	m.cmd.SysProcAttr = deathSignal()
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := m.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		m.waitErr = m.cmd.Wait()
-		close(m.done)
-	}()
-	if err := <-started; err != nil {
+	if err := startWaited(m.cmd, &m.waitErr, m.done); err != nil {
 		return nil, false, fmt.Errorf("start ceph-mon: %w", err)
 	}
 	t.Cleanup(func() {
@@ -479,4 +464,26 @@ func tail(path string, n int64) string {
 	var b bytes.Buffer
 	b.ReadFrom(f)
 	return b.String()
+}
+
+// startWaited starts cmd (whose SysProcAttr asks for a death signal, so
+// that the kernel kills the daemon if the test binary dies) from a
+// goroutine locked to its OS thread, since the death signal follows the
+// thread that started the child, and has that goroutine wait for the
+// child: *waitErr is set and done closed when it exits. It returns
+// Start's error.
+func startWaited(cmd *exec.Cmd, waitErr *error, done chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		*waitErr = cmd.Wait()
+		close(done)
+	}()
+	return <-started
 }

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -465,23 +464,8 @@ func (c *Cluster) startDaemon(t testing.TB, name, prog string, args ...string) (
 	d.cmd.Dir = c.Dir
 	d.cmd.Stdout = stdout
 	d.cmd.Stderr = stdout
-	// If the test binary dies, the kernel kills the daemon. The death
-	// signal follows the OS thread that started the child, so that
-	// thread stays locked to the goroutine that waits for the child.
 	d.cmd.SysProcAttr = deathSignal()
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := d.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	if err := <-started; err != nil {
+	if err := startWaited(d.cmd, &d.waitErr, d.done); err != nil {
 		return nil, fmt.Errorf("start %s: %w", prog, err)
 	}
 	c.daemons = append(c.daemons, d)
