@@ -349,13 +349,16 @@ func appendUTime(b []byte, t time.Time) []byte {
 	return denc.AppendU32(b, uint32(t.Nanosecond()))
 }
 
-// decodeUTime reads a utime_t; 0.0 decodes as the zero time.
+// decodeUTime reads a utime_t; 0.0 decodes as the zero time. Ceph writes
+// nanoseconds below 1e9; larger ones are taken modulo 1e9, as
+// decodeDuration does, rather than carried into the seconds, where they
+// could overflow the u32 that appendUTime writes back.
 func decodeUTime(d *denc.Decoder) time.Time {
 	s, ns := d.U32(), d.U32()
 	if s == 0 && ns == 0 {
 		return time.Time{}
 	}
-	return time.Unix(int64(s), int64(ns)).UTC()
+	return time.Unix(int64(s), int64(ns%1e9)).UTC()
 }
 
 // appendDuration appends a duration as a utime_t (a ticket's validity).
