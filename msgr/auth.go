@@ -33,7 +33,15 @@ type AuthConfig struct {
 	// Methods are the auth methods in order of preference (auth.MethodCephx,
 	// auth.MethodNone), for the layers that build auth methods; default
 	// [auth.MethodNone]. ServerFor's auth.Server says what a server
-	// allows; ClientFor's auth.Client what a client offers.
+	// allows; ClientFor's auth.Client what a client offers, filtered by
+	// Methods when it is set: when Methods lists auth.MethodNone beside
+	// the method of ClientFor's client, a client offers both in Methods'
+	// order (auth.ChainClient): refused one (msgr2's AUTH_BAD_METHOD), it
+	// retries with the next the server allows, as Ceph's clients do with
+	// auth_client_required "cephx, none"; when it lists none but not that
+	// method, the client offers auth none only. Listing none after cephx
+	// lets a server that allows only none downgrade the connection to
+	// auth none. (msgr1 has no such retry: it offers the first method.)
 	Methods []uint32
 	// Modes are the connection modes in order of preference, per kind
 	// of peer; Ceph's defaults for empty lists.
@@ -195,13 +203,50 @@ func (c *Conn) Authenticated(res auth.Result) {
 
 // authClient returns the auth.Client for one connection attempt of c.
 func (m *Messenger) authClient(c *Conn) (auth.Client, error) {
+	var cl auth.Client
 	if m.cfg.Auth.ClientFor != nil {
-		cl, err := m.cfg.Auth.ClientFor(c)
-		if err != nil || cl != nil {
-			return cl, err
+		var err error
+		if cl, err = m.cfg.Auth.ClientFor(c); err != nil {
+			return nil, err
 		}
 	}
-	return auth.NewNoneClient(m.cfg.Auth.Name), nil
+	if cl == nil {
+		cl = auth.NewNoneClient(m.cfg.Auth.Name)
+	}
+	return chainMethods(cl, m.cfg.Auth.Methods, m.cfg.Auth.Name), nil
+}
+
+// chainMethods returns the client a connection attempt offers, by the
+// configured methods: cl when methods is empty or names only cl's method;
+// an auth.ChainClient offering cl's method and auth none in the order of
+// methods when it lists both; auth none alone when it lists none but not
+// cl's method. A client that already falls back (auth.Fallback), or one
+// whose method methods does not name beside anything else usable, is
+// used as it is.
+func chainMethods(cl auth.Client, methods []uint32, name msg.AuthName) auth.Client {
+	if _, ok := cl.(auth.Fallback); ok || len(methods) == 0 {
+		return cl
+	}
+	var chain []auth.Client
+	for _, me := range methods {
+		switch me {
+		case cl.Method():
+			chain = append(chain, cl)
+		case auth.MethodNone:
+			chain = append(chain, auth.NewNoneClient(name))
+		}
+	}
+	switch len(chain) {
+	case 0:
+		return cl
+	case 1:
+		return chain[0]
+	}
+	ch, err := auth.NewChainClient(chain...)
+	if err != nil {
+		return cl
+	}
+	return ch
 }
 
 // authServer returns the auth.Server for a socket accepted from remote.

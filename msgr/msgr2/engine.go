@@ -281,6 +281,7 @@ type Engine struct {
 	authS     auth.Server
 	method    uint32   // the method in use (client: ours; server: the client's)
 	offered   []uint32 // the modes the client offered
+	tried     []uint32 // client: the methods the server refused so far
 	rounds    int      // AUTH_REPLY_MORE rounds so far
 	more      bool     // server: an AUTH_REQUEST_MORE is expected
 	recording bool     // rxRec and txRec grow: the peer is not authenticated yet
@@ -748,8 +749,20 @@ func (e *Engine) clientAuth(tag Tag, p []byte) error {
 		if err != nil {
 			return err
 		}
+		e.tried = append(e.tried, e.method)
+		// As Ceph's client does (ProtocolV2::handle_auth_bad_method and
+		// MonConnection::handle_auth_bad_method): retry on this socket
+		// with the next method we support that the server allows; fail
+		// only when none remains. Fallback only moves forward, so a
+		// server answering AUTH_BAD_METHOD forever is bounded by our
+		// list.
+		if fb, ok := e.authC.(auth.Fallback); ok && fb.Fallback(e.method, bm.AllowedMethods) {
+			e.rounds = 0
+			return e.sendAuthRequest()
+		}
 		return &AuthError{Remote: true, Method: bm.Method, Result: bm.Result,
-			AllowedMethods: bm.AllowedMethods, AllowedModes: bm.AllowedModes, OfferedModes: e.offered}
+			AllowedMethods: bm.AllowedMethods, AllowedModes: bm.AllowedModes, OfferedModes: e.offered,
+			Tried: slices.Clone(e.tried)}
 	case TagAuthReplyMore:
 		rm, err := ParseAuthReplyMore(p)
 		if err != nil {

@@ -140,7 +140,12 @@ type AuthError struct {
 	AllowedMethods []uint32 // what the server allows
 	AllowedModes   []uint32
 	OfferedModes   []uint32 // the modes the client offered
-	Cause          error
+	// Tried (client side) lists the methods the server refused on this
+	// socket, in the order tried: a client that offers several methods
+	// (auth.Fallback) retries with the next one the server allows, and
+	// fails only when no method common to both sides remains.
+	Tried []uint32
+	Cause error
 }
 
 func (e *AuthError) sentinel() error {
@@ -157,6 +162,9 @@ func (e *AuthError) Error() string {
 	if e.Remote {
 		fmt.Fprintf(&sb, ": server refused auth method %d with modes %v: result %d (%s); it allows methods %v modes %v",
 			e.Method, e.OfferedModes, e.Result, errnoName(e.Result), e.AllowedMethods, e.AllowedModes)
+		if len(e.Tried) > 1 {
+			fmt.Fprintf(&sb, "; tried methods %v, none left in common", e.Tried)
+		}
 	} else {
 		fmt.Fprintf(&sb, ": refused client's auth method %d with modes %v: result %d (%s); allowed methods %v modes %v",
 			e.Method, e.OfferedModes, e.Result, errnoName(e.Result), e.AllowedMethods, e.AllowedModes)
