@@ -90,11 +90,10 @@ type Conn struct {
 
 	inSeq            atomic.Uint64
 	lastRecv         atomic.Int64 // unix ns of the last frame received
-	lastWrite        atomic.Int64 // unix ns of the last write to the socket
-	lastSend         atomic.Int64 // unix ns of the last Send (or ack) asking for a write
 	lastKeepalive    atomic.Int64 // unix ns when the peer's last KEEPALIVE2 arrived
 	lastKeepaliveAck atomic.Int64 // unix ns of the stamp the peer last acked
 	reconnects       atomic.Uint64
+	awaiters         atomic.Int32 // goroutines in Await
 
 	priv atomic.Value
 
@@ -396,6 +395,8 @@ type socketRun struct {
 
 	once sync.Once
 	err  error // why it failed (set before the socket is closed)
+
+	role readRole // who reads it (readrole.go)
 }
 
 // fail records why the socket is being dropped and closes it; the reader
@@ -416,6 +417,7 @@ func (r *socketRun) reason(err error) error {
 
 func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 	r := &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	r.role.init()
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw

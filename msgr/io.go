@@ -14,9 +14,10 @@ import (
 	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
-// readLoop reads frames from r until the socket fails, throttles what it
-// receives and hands it to the dispatchers. It returns the error that
-// ended it.
+// frameReader is what the reader role of one socket carries from frame
+// to frame: whoever holds the role (the socket's reader goroutine, or a
+// goroutine waiting in Conn.Await, see readrole.go) reads with it, one
+// frame per step.
 //
 // Budget is taken before a message body is allocated, sized from the
 // preamble (message count, then bytes, then dispatch bytes, as Ceph
@@ -28,155 +29,202 @@ import (
 // least PlaceMin bytes is read in parts (readPlaced) so that its data
 // can land in the placer's buffers; every other frame takes the one-buffer
 // path, which costs nothing more than before.
+type frameReader struct {
+	c        *Conn
+	r        *socketRun
+	br       *bufio.Reader
+	pol      Policy // the throttles this socket's budget comes from
+	lossy    bool
+	inj      int
+	scratch  []byte
+	ph       *msg.Header // the header offered to DataPlacers; allocated on first use
+	lw       *lowat
+	ackDue   bool
+	framesIn uint64 // e.FramesIn already counted in the metrics
+}
+
+func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
+	pol := c.Policy()
+	return &frameReader{c: c, r: r, br: br, pol: pol, lossy: pol.Lossy, inj: c.m.cfg.Inject.SocketFailures, lw: newLowat(r)}
+}
+
+// readLoop is the socket's reader goroutine: it holds the reader role
+// whenever no waiting goroutine has taken it (readrole.go), and reads
+// frames until the socket fails. It returns the error that ended it.
 func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
-	m := c.m
-	e := r.e
-	pol := c.Policy() // the throttles this socket's budget comes from
-	lossy := pol.Lossy
-	inj := m.cfg.Inject.SocketFailures
-	var scratch []byte
-	var ph *msg.Header // the header offered to DataPlacers; allocated on first use
-	w := &c.ws
-	lw := newLowat(r)
-	ackDue := false
-	var framesIn uint64 // e.FramesIn already counted in the metrics
+	fr := c.newFrameReader(r, br)
+	rr := &r.role
+	rr.mu.Lock()
+	rr.fr = fr // the role is the reader goroutine's to begin with
+	rr.mu.Unlock()
 	for {
-		if inj > 0 && injectHit(inj) {
-			return ErrInjectedFailure
-		}
-		n, retain := e.Need()
-		if w.pending.Load() && br.Buffered() < n {
-			// About to wait for the socket: write what was left for us.
-			c.flushPending(r)
-		}
-		var buf []byte
-		var held int64 // throttle budget taken for this frame
-		var recvStamp, throttleStamp time.Time
-		var release func(*msg.Message)
-		var evs []msgr2.Event
-		var placer DataPlacer // took this frame's data segment
-		read := false         // the frame was read and fed by readPlaced
-		if retain {
-			recvStamp = time.Now()
-			waited, err := c.takeBudget(&pol, int64(n), r)
+		for {
+			yield, err := fr.step(true)
 			if err != nil {
+				rr.exit()
 				return err
 			}
-			throttleStamp = recvStamp
-			if waited {
-				throttleStamp = time.Now()
-			}
-			held = int64(n)
-			if n >= PlaceMin {
-				if ps := m.placers.Load(); ps != nil {
-					if sp, ok := e.Split(); ok && sp.Data >= PlaceMin {
-						if ph == nil {
-							ph = new(msg.Header)
-						}
-						var err error
-						evs, placer, release, read, err = c.readPlaced(lw, br, e, n, sp, *ps, ph)
-						if err != nil {
-							c.putBudget(&pol, held)
-							return err
-						}
-					}
-				}
-			}
-			if !read {
-				buf, release = getBody(n)
-			}
-		} else {
-			if cap(scratch) < n {
-				scratch = make([]byte, n)
-			}
-			buf = scratch[:n]
-		}
-		if !read {
-			var err error
-			evs, err = c.readBody(lw, br, e, buf)
-			if err != nil {
-				c.putBudget(&pol, held)
-				return err
+			if yield && rr.yieldBG() {
+				break
 			}
 		}
-		if f := e.FramesIn(); f != framesIn {
-			m.met.framesReceived(f - framesIn)
-			framesIn = f
-		}
-		now := time.Now()
-		c.lastRecv.Store(now.UnixNano())
-		for i := range evs {
-			ev := &evs[i]
-			switch ev.Kind {
-			case msgr2.EvMessage:
-				if ev.Dropped {
-					m.log.Debug("dropping duplicate message", "conn", c.id, "seq", ev.Seq, "in_seq", e.InSeq())
-					if release != nil {
-						release(&msg.Message{})
-						release = nil
-					}
-					if placer != nil {
-						// Not reached: PeekMessage reports duplicates
-						// before anything is placed.
-						placer.UnplaceData(c, ph)
-						placer = nil
-					}
-					continue
-				}
-				if ev.Skipped > 0 && !lossy {
-					m.log.Warn("sequence gap", "conn", c.id, "seq", ev.Seq, "skipped", ev.Skipped)
-				}
-				mm := ev.Msg
-				mm.RecvStamp = recvStamp
-				mm.RecvCompleteStamp = now
-				mm.ThrottleStamp = throttleStamp
-				mm.Conn = c
-				mm.Release, release = release, nil
-				m.injectDelay(c, mm)
-				err := c.deliver(&pol, mm, held)
-				held = 0
-				// Deliver before advancing in_seq: an ack never covers a
-				// message the dispatchers could still lose with the socket.
-				c.inSeq.Store(ev.Seq)
-				if err != nil {
-					if placer != nil {
-						placer.UnplaceData(c, ph)
-					}
-					return err
-				}
-				placer = nil
-				ackDue = !lossy
-			case msgr2.EvAck:
-				if !lossy {
-					c.mu.Lock()
-					c.discardAckedLocked(ev.Seq)
-					c.mu.Unlock()
-				}
-			case msgr2.EvKeepalive:
-				c.lastKeepalive.Store(now.UnixNano())
-				c.mu.Lock()
-				c.sendKAAck = true
-				c.kaAckStamp = ev.Stamp
-				c.mu.Unlock()
-				c.poke()
-			case msgr2.EvKeepaliveAck:
-				c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
-				c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), time.Now())
-			}
-		}
-		c.putBudget(&pol, held) // a dropped duplicate
-		if ackDue && br.Buffered() == 0 {
-			// Acknowledge once per burst of messages read, not per message;
-			// a message going the other way would carry the ack anyway.
-			// The reader writes it with what it queued while delivering,
-			// at the top of the loop.
-			ackDue = false
-			c.mu.Lock()
-			c.ackPending = true
-			c.mu.Unlock()
-			w.pending.Store(true)
+		if err := rr.acquireBG(r); err != nil {
+			rr.exit()
+			return err
 		}
 	}
+}
+
+// step reads one frame and acts on it. With interruptible, the wait for
+// a frame's first byte can be cut short by the role (readrole.go): step
+// then returns yield=true having read nothing.
+func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
+	c, r, br := fr.c, fr.r, fr.br
+	m := c.m
+	e := r.e
+	w := &c.ws
+	pol := &fr.pol
+	if fr.inj > 0 && injectHit(fr.inj) {
+		return false, ErrInjectedFailure
+	}
+	n, retain := e.Need()
+	if w.pending.Load() && br.Buffered() < n {
+		// About to wait for the socket: write what was left for us.
+		c.flushPending(r)
+	}
+	if interruptible && br.Buffered() == 0 {
+		if stop, err := r.role.waitFrame(r, fr); stop || err != nil {
+			return stop, err
+		}
+	}
+	var buf []byte
+	var held int64 // throttle budget taken for this frame
+	var recvStamp, throttleStamp time.Time
+	var release func(*msg.Message)
+	var evs []msgr2.Event
+	var placer DataPlacer // took this frame's data segment
+	read := false         // the frame was read and fed by readPlaced
+	if retain {
+		recvStamp = time.Now()
+		waited, err := c.takeBudget(pol, int64(n), r)
+		if err != nil {
+			return false, err
+		}
+		throttleStamp = recvStamp
+		if waited {
+			throttleStamp = time.Now()
+		}
+		held = int64(n)
+		if n >= PlaceMin {
+			if ps := m.placers.Load(); ps != nil {
+				if sp, ok := e.Split(); ok && sp.Data >= PlaceMin {
+					if fr.ph == nil {
+						fr.ph = new(msg.Header)
+					}
+					var err error
+					evs, placer, release, read, err = c.readPlaced(fr.lw, br, e, n, sp, *ps, fr.ph)
+					if err != nil {
+						c.putBudget(pol, held)
+						return false, err
+					}
+				}
+			}
+		}
+		if !read {
+			buf, release = getBody(n)
+		}
+	} else {
+		if cap(fr.scratch) < n {
+			fr.scratch = make([]byte, n)
+		}
+		buf = fr.scratch[:n]
+	}
+	if !read {
+		var err error
+		evs, err = c.readBody(fr.lw, br, e, buf)
+		if err != nil {
+			c.putBudget(pol, held)
+			return false, err
+		}
+	}
+	if f := e.FramesIn(); f != fr.framesIn {
+		m.met.framesReceived(f - fr.framesIn)
+		fr.framesIn = f
+	}
+	now := time.Now()
+	c.lastRecv.Store(now.UnixNano())
+	for i := range evs {
+		ev := &evs[i]
+		switch ev.Kind {
+		case msgr2.EvMessage:
+			if ev.Dropped {
+				m.log.Debug("dropping duplicate message", "conn", c.id, "seq", ev.Seq, "in_seq", e.InSeq())
+				if release != nil {
+					release(&msg.Message{})
+					release = nil
+				}
+				if placer != nil {
+					// Not reached: PeekMessage reports duplicates
+					// before anything is placed.
+					placer.UnplaceData(c, fr.ph)
+					placer = nil
+				}
+				continue
+			}
+			if ev.Skipped > 0 && !fr.lossy {
+				m.log.Warn("sequence gap", "conn", c.id, "seq", ev.Seq, "skipped", ev.Skipped)
+			}
+			mm := ev.Msg
+			mm.RecvStamp = recvStamp
+			mm.RecvCompleteStamp = now
+			mm.ThrottleStamp = throttleStamp
+			mm.Conn = c
+			mm.Release, release = release, nil
+			m.injectDelay(c, mm)
+			err := c.deliver(pol, mm, held)
+			held = 0
+			// Deliver before advancing in_seq: an ack never covers a
+			// message the dispatchers could still lose with the socket.
+			c.inSeq.Store(ev.Seq)
+			if err != nil {
+				if placer != nil {
+					placer.UnplaceData(c, fr.ph)
+				}
+				return false, err
+			}
+			placer = nil
+			fr.ackDue = !fr.lossy
+		case msgr2.EvAck:
+			if !fr.lossy {
+				c.mu.Lock()
+				c.discardAckedLocked(ev.Seq)
+				c.mu.Unlock()
+			}
+		case msgr2.EvKeepalive:
+			c.lastKeepalive.Store(now.UnixNano())
+			c.mu.Lock()
+			c.sendKAAck = true
+			c.kaAckStamp = ev.Stamp
+			c.mu.Unlock()
+			c.poke()
+		case msgr2.EvKeepaliveAck:
+			c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
+			c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), time.Now())
+		}
+	}
+	c.putBudget(pol, held) // a dropped duplicate
+	if fr.ackDue && br.Buffered() == 0 {
+		// Acknowledge once per burst of messages read, not per message;
+		// a message going the other way would carry the ack anyway.
+		// The reader writes it with what it queued while delivering,
+		// before it next waits for the socket.
+		fr.ackDue = false
+		c.mu.Lock()
+		c.ackPending = true
+		c.mu.Unlock()
+		w.pending.Store(true)
+	}
+	return false, nil
 }
 
 // readPlaced reads the body of a MESSAGE frame of n bytes that splits as
@@ -478,14 +526,6 @@ const (
 	copyMax    = 16 << 10
 	batchBytes = 1 << 20
 	keepBuf    = 4 << 20 // a write buffer grown past this is dropped after use
-)
-
-// Who is writing to the socket: the write state below belongs to them.
-const (
-	ownNone    uint8 = iota
-	ownWriter        // the writer goroutine
-	ownInline        // a Send caller writing inline (never blocks)
-	ownHandoff       // an inline write was partial: the writer goroutine must finish it
 )
 
 // writeState is the encoder's buffers, used by whoever owns the write side
@@ -858,232 +898,9 @@ func (w *writeState) done() {
 	}
 }
 
-// writeLoop is the connection's writer (the seed's Pipe::Writer): woken
-// by Send, keepalives and acks, it drains everything pending onto r with
-// one write or writev per batch, unless an inline sender holds the write
-// side, in which case that sender pokes it when done.
-func (c *Conn) writeLoop(r *socketRun) {
-	w := &c.ws
-	inj := c.m.cfg.Inject.SocketFailures
-	for {
-		select {
-		case <-c.wake:
-		case <-r.stop:
-			return
-		case <-c.ctx.Done():
-			return
-		}
-		for {
-			c.mu.Lock()
-			if c.run != r || c.state != stateOpen {
-				c.mu.Unlock()
-				return
-			}
-			if c.owner == ownInline {
-				c.mu.Unlock()
-				break
-			}
-			if c.owner == ownHandoff {
-				c.owner = ownWriter
-				mine := w.restRun == r
-				c.mu.Unlock()
-				var err error
-				if mine {
-					_, err = w.writeOut(r, true)
-				}
-				w.restRun = nil
-				w.done()
-				if err != nil {
-					c.release()
-					r.fail(err)
-					return
-				}
-				c.mu.Lock()
-			}
-			if !c.collectLocked(w, r.e) {
-				c.owner = ownNone
-				c.mu.Unlock()
-				break
-			}
-			c.owner = ownWriter
-			c.mu.Unlock()
-			if err := w.takeEncErr(); err != nil {
-				w.done()
-				c.release()
-				r.fail(err)
-				return
-			}
-			if inj > 0 && injectHit(inj) {
-				c.release()
-				r.fail(ErrInjectedFailure)
-				return
-			}
-			if inlineWrites {
-				c.lastWrite.Store(nanotime())
-			}
-			_, err := w.writeOut(r, true)
-			w.done()
-			c.release()
-			if err != nil {
-				r.fail(err)
-				return
-			}
-		}
-	}
-}
-
 // takeEncErr returns and clears the batch's encoding error.
 func (w *writeState) takeEncErr() error {
 	err := w.encErr
 	w.encErr = nil
 	return err
-}
-
-// release gives up the write side.
-func (c *Conn) release() {
-	c.mu.Lock()
-	c.owner = ownNone
-	c.mu.Unlock()
-}
-
-// inlineIdle is how long the socket must have been idle (no write) and
-// the sender quiet (no Send) for a Send to write inline: a sender that is
-// streaming messages leaves them to the writer goroutine, which coalesces
-// them into one write.
-const inlineIdle = int64(30 * time.Microsecond)
-
-// inlineWrites enables writing small messages from Send on an idle
-// connection (large data and the reader's own answers are written inline
-// regardless, see tryInline). Measured on the 2-vCPU VM it did not lower
-// the 64 B round trip and halved the 16-in-flight rate (the writer
-// coalesces better), so it is off; the code stays for machines where a
-// wake-up costs more than a write.
-var inlineWrites = false
-
-func nanotime() int64 { return time.Now().UnixNano() }
-
-// tryInline is called by Send (and the reader, for acks) with c.mu held
-// after queueing; it releases c.mu. It decides who writes what is queued:
-//
-//   - large data (copyMax or more queued): the calling goroutine, now,
-//     with one non-blocking writev, when the write side is free. A
-//     wake-up of the writer goroutine costs as much as writing a chunk,
-//     and delays it by a scheduling round; the data is not copied either
-//     way;
-//   - small messages sent while the reader goroutine is delivering a
-//     message (w.rd): the reader, before it next waits for the socket,
-//     in one write with whatever else it queued (replies of a
-//     FastDispatcher, acks);
-//   - otherwise the writer goroutine, which coalesces a stream of small
-//     messages into one write (or, with inlineWrites, the caller when the
-//     connection has been idle).
-//
-// An inline write never blocks: what the socket does not take at once is
-// handed to the writer goroutine.
-func (c *Conn) tryInline() {
-	r := c.run
-	var now, prevSend int64 // for the inlineWrites heuristic only (the clock costs ~50 ns here)
-	if inlineWrites {
-		now = nanotime()
-		prevSend = c.lastSend.Swap(now)
-	}
-	if c.owner != ownNone || c.state != stateOpen || r == nil || r.raw == nil ||
-		len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 {
-		// Busy, or not a socket: the writer goroutine does it.
-		c.mu.Unlock()
-		c.poke()
-		return
-	}
-	w := &c.ws
-	switch {
-	case c.outq.bytes >= copyMax:
-	case w.rd.Load():
-		w.pending.Store(true)
-		if w.rd.Load() {
-			c.mu.Unlock()
-			return
-		}
-		// The reader has just finished delivering and may have looked
-		// at pending already: hand off as usual.
-		c.mu.Unlock()
-		c.poke()
-		return
-	case !inlineWrites || now-c.lastWrite.Load() < inlineIdle || now-prevSend < inlineIdle:
-		c.mu.Unlock()
-		c.poke()
-		return
-	}
-	c.writeInline(r)
-}
-
-// inlineRounds bounds the batches one inline writer writes before it
-// leaves the rest to the writer goroutine, so that a sender is not kept
-// writing other goroutines' messages for long.
-const inlineRounds = 4
-
-// writeInline writes what is queued from the calling goroutine, batch by
-// batch, each with one non-blocking write or writev, while the socket
-// takes them whole. c.mu is held on entry, with the write side free and r
-// open; it is released on return.
-func (c *Conn) writeInline(r *socketRun) {
-	w := &c.ws
-	for round := 0; ; round++ {
-		if !c.collectLocked(w, r.e) {
-			c.owner = ownNone
-			c.mu.Unlock()
-			return
-		}
-		c.owner = ownInline
-		c.mu.Unlock()
-		if err := w.takeEncErr(); err != nil {
-			w.done()
-			c.release()
-			r.fail(err)
-			return
-		}
-		if inlineWrites {
-			c.lastWrite.Store(nanotime())
-		}
-		done, err := w.writeOut(r, false)
-		if err != nil {
-			w.done()
-			c.release()
-			r.fail(err)
-			return
-		}
-		if !done {
-			w.restRun = r
-			c.mu.Lock()
-			c.owner = ownHandoff
-			c.mu.Unlock()
-			c.poke()
-			return
-		}
-		w.done()
-		c.mu.Lock()
-		c.owner = ownNone
-		if round+1 >= inlineRounds || c.run != r || c.state != stateOpen || len(c.replay) > 0 {
-			more := c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending
-			c.mu.Unlock()
-			if more {
-				c.poke()
-			}
-			return
-		}
-	}
-}
-
-// flushPending writes, from the reader goroutine, what was left for it
-// to write (w.pending): inline if the write side is free, else by the
-// writer goroutine.
-func (c *Conn) flushPending(r *socketRun) {
-	c.ws.pending.Store(false)
-	c.mu.Lock()
-	if c.owner != ownNone || c.run != r || c.state != stateOpen || r.raw == nil ||
-		len(c.replay) > 0 || c.m.cfg.Inject.SocketFailures > 0 {
-		c.mu.Unlock()
-		c.poke()
-		return
-	}
-	c.writeInline(r)
 }

@@ -1,0 +1,373 @@
+package msgr
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+)
+
+// The reader role: who reads a socket.
+//
+// Every msgr2 socket has a reader goroutine (readLoop), which reads
+// frames and delivers them. A goroutine that waits for something the
+// connection will deliver (a reply) can instead read the socket itself
+// (Conn.Await), so that the netpoller wakes the goroutine that wants the
+// message rather than the reader goroutine, which would then have to
+// wake it: one wake-up per message instead of two, the leader/follower
+// pattern. Exactly one party holds the role at a time (readRole.holder);
+// it reads whole frames with the socket's frameReader, and delivers what
+// it reads as the reader goroutine would (FastDispatchers on its own
+// goroutine, others through the dispatch queue), whoever it is for.
+//
+// The role changes hands only at a frame boundary:
+//
+//   - A goroutine calling Await becomes the successor (one at a time;
+//     others simply wait for what they want to be delivered). If the
+//     reader goroutine holds the role and is waiting for a frame's first
+//     byte, the successor moves the socket's read deadline into the past,
+//     which returns the reader goroutine from the netpoller at once; the
+//     reader hands the role over (grant) and parks until it is given
+//     back.
+//   - The holder of a caller's role returns from Await once what it waits
+//     for is ready, giving the role to the next successor or back to the
+//     reader goroutine. Nudge interrupts its wait for a frame the same way
+//     (the wait is over because its context ended, its request timed out,
+//     or another goroutine delivered to it).
+//   - An error while a caller reads is kept in the role and the socket is
+//     failed; the reader goroutine, given the role back, returns the error
+//     and runs the socket's failure path as if it had read it itself.
+//
+// An interrupted wait leaves the frame reader at a frame boundary with
+// nothing consumed (bufio.Reader.Peek returns the deadline error and
+// clears it), and the deadline is reset before anything more is read, so
+// a frame is never cut.
+type readRole struct {
+	mu      sync.Mutex
+	holder  uint8
+	succ    bool  // a caller waits for grant
+	waiting bool  // the holder waits for a frame's first byte and may be interrupted
+	kicked  bool  // the read deadline was moved into the past to interrupt the holder
+	recheck bool  // the caller holding the role should look at what it waits for
+	dead    bool  // the reader goroutine has exited
+	err     error // a caller's read failed; the reader goroutine returns it
+	grant   chan struct{}
+	bg      chan struct{}
+	fr      *frameReader // set by the reader goroutine before anyone else may hold the role
+
+	// A caller that gives the role up leaves it free for roleLinger
+	// before the reader goroutine takes it back (linger): a goroutine
+	// making one call after another then finds it free, instead of
+	// interrupting the reader goroutine each time, which would also write
+	// the ack the next request carries anyway.
+	lingering bool
+	linger    *time.Timer
+}
+
+// roleLinger is how long a role a caller gave up stays free for the next
+// caller. Unsolicited messages that arrive meanwhile wait at most this
+// long to be read; a goroutine calling one request after another (a
+// round trip is tens of microseconds here) keeps the role.
+const roleLinger = 500 * time.Microsecond
+
+const (
+	roleBG     uint8 = iota // the socket's reader goroutine
+	roleCaller              // a goroutine in Await
+	roleFree                // nobody: the reader goroutine is being given it back
+)
+
+// aLongTimeAgo is a read deadline in the past: a blocked read returns.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (rr *readRole) init() {
+	rr.grant = make(chan struct{}, 1)
+	rr.bg = make(chan struct{}, 1)
+	rr.linger = time.NewTimer(time.Hour)
+	rr.linger.Stop()
+}
+
+// kickLocked interrupts the holder's wait for a frame, if it waits.
+func (rr *readRole) kickLocked(r *socketRun) {
+	if rr.waiting && !rr.kicked {
+		rr.kicked = true
+		_ = r.nc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// waitFrame is called by the holder at a frame boundary with nothing
+// buffered: it waits until the socket has a byte to read. It returns
+// yield=true, having read nothing, when the holder should look up from
+// reading: the reader goroutine has a successor, or the caller holding
+// the role was nudged.
+func (rr *readRole) waitFrame(r *socketRun, fr *frameReader) (yield bool, err error) {
+	rr.mu.Lock()
+	if (rr.holder == roleBG && rr.succ) || (rr.holder == roleCaller && rr.recheck) {
+		rr.recheck = false
+		rr.mu.Unlock()
+		return true, nil
+	}
+	rr.waiting = true
+	rr.mu.Unlock()
+	_, err = fr.br.Peek(1)
+	rr.mu.Lock()
+	rr.waiting = false
+	kicked := rr.kicked
+	rr.kicked = false
+	rr.mu.Unlock()
+	if kicked {
+		// No one kicks once waiting is false: reset the deadline before
+		// the frame is read.
+		_ = r.nc.SetReadDeadline(time.Time{})
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			return true, nil
+		}
+	}
+	return false, err
+}
+
+// acquireBG waits until the reader goroutine may hold the role again. It
+// returns the error a caller's read ended with, if one did.
+func (rr *readRole) acquireBG(r *socketRun) error {
+	stop := r.stop
+	for {
+		rr.mu.Lock()
+		if err := rr.err; err != nil {
+			rr.mu.Unlock()
+			return err
+		}
+		if rr.holder == roleFree && (!rr.lingering || stop == nil) {
+			rr.holder = roleBG
+			rr.lingering = false
+			rr.mu.Unlock()
+			return nil
+		}
+		rr.mu.Unlock()
+		select {
+		case <-rr.bg:
+		case <-rr.linger.C:
+			rr.mu.Lock()
+			rr.lingering = false
+			rr.mu.Unlock()
+		case <-stop:
+			// The socket failed: read it to the error at once.
+			stop = nil
+		}
+	}
+}
+
+// yieldBG gives the reader goroutine's role to the successor, if there is
+// one.
+func (rr *readRole) yieldBG() bool {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if !rr.succ {
+		return false
+	}
+	rr.succ = false
+	rr.holder = roleCaller
+	select {
+	case rr.grant <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// exit records that the reader goroutine has stopped; a successor
+// waiting for the role is told.
+func (rr *readRole) exit() {
+	rr.mu.Lock()
+	rr.dead = true
+	if rr.succ {
+		rr.succ = false
+		rr.holder = roleCaller
+		select {
+		case rr.grant <- struct{}{}:
+		default:
+		}
+	}
+	rr.mu.Unlock()
+}
+
+// releaseLocked gives the role up: to the successor, else back to the
+// reader goroutine.
+func (rr *readRole) releaseLocked() {
+	rr.recheck = false
+	if rr.succ && !rr.dead && rr.err == nil {
+		rr.succ = false
+		rr.holder = roleCaller
+		select {
+		case rr.grant <- struct{}{}:
+		default:
+		}
+		return
+	}
+	rr.holder = roleFree
+	if rr.err == nil && !rr.dead {
+		rr.lingering = true
+		rr.linger.Reset(roleLinger)
+		return
+	}
+	select {
+	case rr.bg <- struct{}{}:
+	default:
+	}
+}
+
+// Await waits until done is ready (and receives from it) or ctx ends,
+// reading the connection in the calling goroutine meanwhile when nobody
+// else is: the messages it reads are delivered as the connection's reader
+// goroutine would deliver them, FastDispatchers running on this goroutine.
+// When the message that makes done ready arrives on this connection, the
+// goroutine that waits for it is thus the one the network wakes, which
+// saves a goroutine hand-off per round trip (see readrole.go).
+//
+// Whoever makes done ready from another goroutine must then call Nudge,
+// so that a goroutine reading in Await looks up. Await reports whether
+// it received from done; otherwise it returns ctx.Err(). On a socket it
+// cannot read itself (msgr1, a transport without deadlines, a connection
+// not open) it only waits.
+func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
+	if c.awaiters.Add(1) > 1 {
+		// Others wait on this connection too: many requests are in
+		// flight, and whoever reads delivers a burst of replies at a
+		// time. Moving the role between waiters would cost more wake-ups
+		// than it saves.
+		defer c.awaiters.Add(-1)
+		return waitDone(ctx, done)
+	}
+	defer c.awaiters.Add(-1)
+	c.mu.Lock()
+	r := c.run
+	ok := c.state == stateOpen && r != nil && r.e != nil && r.raw != nil
+	c.mu.Unlock()
+	if !ok {
+		return waitDone(ctx, done)
+	}
+	rr := &r.role
+	rr.mu.Lock()
+	switch {
+	case rr.dead || rr.err != nil || rr.fr == nil:
+		rr.mu.Unlock()
+		return waitDone(ctx, done)
+	case rr.holder == roleFree:
+		rr.holder = roleCaller
+		rr.mu.Unlock()
+	case rr.succ:
+		// Someone else is next: what we wait for is delivered to us.
+		rr.mu.Unlock()
+		return waitDone(ctx, done)
+	default:
+		rr.succ = true
+		if rr.holder == roleBG {
+			rr.kickLocked(r)
+		}
+		rr.mu.Unlock()
+		select {
+		case <-done:
+			rr.cancelSucc(c, r)
+			return true, nil
+		case <-ctx.Done():
+			rr.cancelSucc(c, r)
+			return false, ctx.Err()
+		case <-rr.grant:
+		}
+		rr.mu.Lock()
+		if rr.dead || rr.err != nil {
+			rr.releaseLocked()
+			rr.mu.Unlock()
+			return waitDone(ctx, done)
+		}
+		rr.mu.Unlock()
+	}
+	return c.readAwaiting(ctx, r, done)
+}
+
+// cancelSucc withdraws a successor that no longer wants the role; if it
+// was granted meanwhile, it is given up.
+func (rr *readRole) cancelSucc(c *Conn, r *socketRun) {
+	rr.mu.Lock()
+	if rr.succ {
+		rr.succ = false
+		rr.mu.Unlock()
+		return
+	}
+	rr.mu.Unlock()
+	<-rr.grant // granted: the token was sent under mu before succ cleared
+	c.releaseRole(r)
+}
+
+// readAwaiting reads frames while the calling goroutine holds the role of
+// r, until done is ready or ctx ends.
+func (c *Conn) readAwaiting(ctx context.Context, r *socketRun, done <-chan struct{}) (bool, error) {
+	rr := &r.role
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { rr.nudge(r) })
+		defer stop()
+	}
+	fr := rr.fr
+	for {
+		select {
+		case <-done:
+			c.releaseRole(r)
+			return true, nil
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			c.releaseRole(r)
+			return false, err
+		}
+		if _, err := fr.step(true); err != nil {
+			rr.mu.Lock()
+			rr.err = err
+			rr.releaseLocked()
+			rr.mu.Unlock()
+			r.fail(err)
+			return waitDone(ctx, done)
+		}
+	}
+}
+
+// releaseRole gives up a caller's role on r. What was left for the
+// reader to write (ws.pending: typically the ack of the reply) is left
+// for the next holder, which writes it before it waits for the socket,
+// unless a message the caller sends first carries it: writing it here
+// would cost the caller a system call before it sees its reply.
+func (c *Conn) releaseRole(r *socketRun) {
+	rr := &r.role
+	rr.mu.Lock()
+	rr.releaseLocked()
+	rr.mu.Unlock()
+}
+
+// nudge makes the caller holding the role look up from its wait.
+func (rr *readRole) nudge(r *socketRun) {
+	rr.mu.Lock()
+	if rr.holder == roleCaller {
+		rr.recheck = true
+		rr.kickLocked(r)
+	}
+	rr.mu.Unlock()
+}
+
+// Nudge makes a goroutine reading the connection in Await check whether
+// what it waits for is ready. Call it after making an Await's done ready
+// from any goroutine; it costs little when nobody awaits.
+func (c *Conn) Nudge() {
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r != nil && r.e != nil {
+		r.role.nudge(r)
+	}
+}
+
+// waitDone waits for done or ctx without reading.
+func waitDone(ctx context.Context, done <-chan struct{}) (bool, error) {
+	select {
+	case <-done:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}

@@ -1,0 +1,245 @@
+package msgr
+
+// The write-ownership protocol: who writes a connection's socket.
+//
+// One party at a time owns the write side of a connection (Conn.owner,
+// guarded by Conn.mu) and, with it, the encoder's state (Conn.ws: the
+// batch, the write buffer, the engine's outgoing sequence, and in secure
+// mode the GCM nonces, which must follow wire order). The owner collects
+// a batch under c.mu (collectLocked: requeued messages first, then the
+// out queue by priority, control frames with them), releases c.mu,
+// encodes (sealing each frame in secure mode) and writes it, and takes
+// c.mu again to release the side or collect the next batch. Whatever is
+// queued while it writes goes out in its next batch: senders never wait
+// for each other and a burst coalesces into one write.
+//
+// The owner is whoever asked for a write while the side was free, so a
+// round trip with one message in flight costs no goroutine hand-off:
+//
+//   - Send (tryInline): the sending goroutine writes at once, with a
+//     non-blocking write or writev, and keeps writing what others queued
+//     meanwhile for up to inlineRounds batches. A sender that finds the
+//     side owned only queues its message; the owner sees it before it
+//     releases the side (both run under c.mu), or pokes the writer
+//     goroutine if it stops after inlineRounds.
+//   - The holder of the reader role (the socket's reader goroutine or a
+//     goroutine waiting in Await) that is delivering a message to a
+//     FastDispatcher (ws.rd) leaves what is sent meanwhile queued with
+//     ws.pending set, and writes it itself, in one write, before it next
+//     waits for the socket or gives up the role (flushPending): a
+//     dispatcher's reply and the session's ack go out together. The pair
+//     follows Dekker's pattern: a sender stores pending then loads rd, the
+//     reader stores rd then loads pending, so at least one of them sees
+//     the other and the output is not stranded.
+//   - The writer goroutine (writeLoop, the seed's Pipe::Writer) writes
+//     what nobody else will: keepalives and their acks, replay after a
+//     reconnect, messages queued before the socket was up or while an
+//     injected fault is armed, and the remainder of an inline write the
+//     socket did not take whole (ownHandoff: an inline writer never
+//     blocks, so a full socket buffer never stalls a sender).
+//
+// A partial inline write hands the rest of its batch to the writer
+// goroutine of the same socket (ws.restRun); the writer of a later socket
+// drops it, because the session replays the batch from its sent list
+// instead. Lossless messages join the sent list when they are collected,
+// before any byte is written, so a failed write loses nothing.
+
+// Who is writing to the socket: the write state belongs to them.
+const (
+	ownNone    uint8 = iota
+	ownWriter        // the writer goroutine
+	ownInline        // a sender or the reader role writing inline (never blocks)
+	ownHandoff       // an inline write was partial: the writer goroutine must finish it
+)
+
+// inlineRounds bounds the batches one inline writer writes before it
+// leaves the rest to the writer goroutine, so that a sender is not kept
+// writing other goroutines' messages for long.
+const inlineRounds = 4
+
+// writeLoop is the connection's writer goroutine: woken by poke, it
+// drains everything pending onto r with one write or writev per batch,
+// unless another party owns the write side, which then writes it.
+func (c *Conn) writeLoop(r *socketRun) {
+	w := &c.ws
+	inj := c.m.cfg.Inject.SocketFailures
+	for {
+		select {
+		case <-c.wake:
+		case <-r.stop:
+			return
+		case <-c.ctx.Done():
+			return
+		}
+		for {
+			c.mu.Lock()
+			if c.run != r || c.state != stateOpen {
+				c.mu.Unlock()
+				return
+			}
+			if c.owner == ownInline {
+				c.mu.Unlock()
+				break
+			}
+			if c.owner == ownHandoff {
+				c.owner = ownWriter
+				mine := w.restRun == r
+				c.mu.Unlock()
+				var err error
+				if mine {
+					_, err = w.writeOut(r, true)
+				}
+				w.restRun = nil
+				w.done()
+				if err != nil {
+					c.release()
+					r.fail(err)
+					return
+				}
+				c.mu.Lock()
+			}
+			if !c.collectLocked(w, r.e) {
+				c.owner = ownNone
+				c.mu.Unlock()
+				break
+			}
+			c.owner = ownWriter
+			c.mu.Unlock()
+			if err := w.takeEncErr(); err != nil {
+				w.done()
+				c.release()
+				r.fail(err)
+				return
+			}
+			if inj > 0 && injectHit(inj) {
+				c.release()
+				r.fail(ErrInjectedFailure)
+				return
+			}
+			_, err := w.writeOut(r, true)
+			w.done()
+			c.release()
+			if err != nil {
+				r.fail(err)
+				return
+			}
+		}
+	}
+}
+
+// release gives up the write side.
+func (c *Conn) release() {
+	c.mu.Lock()
+	c.owner = ownNone
+	c.mu.Unlock()
+}
+
+// inlineOK reports whether the calling goroutine may take the free write
+// side of socket r now. c.mu must be held.
+func (c *Conn) inlineOK(r *socketRun) bool {
+	return c.state == stateOpen && r != nil && r == c.run && r.raw != nil &&
+		len(c.replay) == 0 && c.m.cfg.Inject.SocketFailures == 0
+}
+
+// tryInline is called by Send with c.mu held after queueing; it releases
+// c.mu. It decides who writes what is queued (see the protocol above):
+// nobody new if the side is owned (the owner collects it), the reader
+// role if it is delivering (ws.rd), else the caller, now.
+func (c *Conn) tryInline() {
+	r := c.run
+	if c.owner != ownNone {
+		// The owner takes the message in its next batch; the writer
+		// goroutine is poked in case the owner is finishing a hand-off
+		// or stops after inlineRounds without having seen it.
+		own := c.owner
+		c.mu.Unlock()
+		if own != ownInline {
+			c.poke()
+		}
+		return
+	}
+	if !c.inlineOK(r) {
+		// Not open, replaying, or not a socket: the writer goroutine.
+		c.mu.Unlock()
+		c.poke()
+		return
+	}
+	w := &c.ws
+	if w.rd.Load() {
+		w.pending.Store(true)
+		if w.rd.Load() {
+			c.mu.Unlock()
+			return
+		}
+		// The reader has just finished delivering and may have looked
+		// at pending already: write it here.
+		w.pending.Store(false)
+	}
+	c.writeInline(r)
+}
+
+// writeInline writes what is queued from the calling goroutine, batch by
+// batch, each with one non-blocking write or writev, while the socket
+// takes them whole. c.mu is held on entry, with the write side free and r
+// open; it is released on return.
+func (c *Conn) writeInline(r *socketRun) {
+	w := &c.ws
+	for round := 0; ; round++ {
+		if !c.collectLocked(w, r.e) {
+			c.owner = ownNone
+			c.mu.Unlock()
+			return
+		}
+		c.owner = ownInline
+		c.mu.Unlock()
+		if err := w.takeEncErr(); err != nil {
+			w.done()
+			c.release()
+			r.fail(err)
+			return
+		}
+		done, err := w.writeOut(r, false)
+		if err != nil {
+			w.done()
+			c.release()
+			r.fail(err)
+			return
+		}
+		if !done {
+			w.restRun = r
+			c.mu.Lock()
+			c.owner = ownHandoff
+			c.mu.Unlock()
+			c.poke()
+			return
+		}
+		w.done()
+		c.mu.Lock()
+		c.owner = ownNone
+		if round+1 >= inlineRounds || !c.inlineOK(r) {
+			more := c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending
+			c.mu.Unlock()
+			if more {
+				c.poke()
+			}
+			return
+		}
+	}
+}
+
+// flushPending writes, from the holder of the reader role, what was left
+// for it to write (ws.pending): inline if the write side is free, else
+// the owner or the writer goroutine does.
+func (c *Conn) flushPending(r *socketRun) {
+	c.ws.pending.Store(false)
+	c.mu.Lock()
+	if c.owner != ownNone || !c.inlineOK(r) {
+		own := c.owner
+		c.mu.Unlock()
+		if own != ownInline {
+			c.poke()
+		}
+		return
+	}
+	c.writeInline(r)
+}
