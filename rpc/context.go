@@ -211,6 +211,12 @@ func (c *Context) complete(r *request) {
 	switch r.mode {
 	case modeCall:
 		r.done <- struct{}{}
+		if r.awaiting.Load() {
+			// Its caller may be reading a connection in Await.
+			if conn := r.conn.Load(); conn != nil {
+				conn.Nudge()
+			}
+		}
 	case modeInline:
 		err := r.result(r.req.Out)
 		r.icb(r, err)
@@ -339,14 +345,30 @@ func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 	}
 	id := r.entry.ID()
 	if c.opts.Spin == 0 || spinWait(r.done, c.opts.Spin) {
-		select {
-		case <-r.done:
-		case <-ctx.Done():
+		var err error
+		if conn := r.conn.Load(); conn != nil {
+			// Read the reply in this goroutine if nobody else is reading
+			// the connection (msgr's reader role): the network then wakes
+			// this goroutine, not a reader that would have to wake it.
+			r.awaiting.Store(true)
+			var got bool
+			got, err = conn.Await(ctx, r.done)
+			if got {
+				err = nil
+			}
+		} else {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		if err != nil {
 			reason := track.Canceled
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if errors.Is(err, context.DeadlineExceeded) {
 				reason = track.TimedOut
 			}
-			c.finishID(id, reason, ctx.Err())
+			c.finishID(id, reason, err)
 			<-r.done
 		}
 	}

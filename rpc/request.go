@@ -103,6 +103,7 @@ type request struct {
 
 	deadline int64                     // tracker deadline (monotonic ns), 0: none
 	conn     atomic.Pointer[msgr.Conn] // where it was transmitted
+	awaiting atomic.Bool               // modeCall: its caller waits in conn.Await
 
 	// Completion, written before the consumer is told.
 	reason    track.Reason
@@ -160,6 +161,7 @@ func (r *request) unref() {
 	r.c, r.cb, r.icb, r.req = nil, nil, nil, Request{}
 	r.failErr, r.reply, r.replyBody = nil, nil, nil
 	r.conn.Store(nil)
+	r.awaiting.Store(false)
 	r.rc = 0
 	r.toRemoved = false
 	requestPool.Put(r)

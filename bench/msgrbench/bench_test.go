@@ -167,6 +167,7 @@ func (p *peer) start() error {
 	p.disp = &replyDispatcher{
 		queued: make(chan *msg.Message, 256),
 		fast:   make(chan *msg.Message, 256),
+		sig:    make(chan struct{}, 1),
 	}
 	if p.cli, p.conn, err = p.dial(msgr.Config{}); err != nil {
 		return err
@@ -337,6 +338,7 @@ func (p *peer) stop() {
 // never blocks.
 type replyDispatcher struct {
 	queued, fast chan *msg.Message
+	sig          chan struct{} // capacity 1: a fast reply arrived (for Conn.Await)
 }
 
 func (d *replyDispatcher) Dispatch(m *msg.Message) bool {
@@ -355,7 +357,13 @@ func (d *replyDispatcher) CanFastDispatch(m *msg.Message) bool {
 	return m.Header.Type == TypeEchoFast
 }
 
-func (d *replyDispatcher) FastDispatch(m *msg.Message) { d.fast <- m }
+func (d *replyDispatcher) FastDispatch(m *msg.Message) {
+	d.fast <- m
+	select {
+	case d.sig <- struct{}{}:
+	default:
+	}
+}
 
 // counters measures, around the timed loop, the server's allocations and
 // both processes' read and write system calls per round trip.
@@ -428,6 +436,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Run("impl=raw", func(b *testing.B) { benchRaw(b, sz.n, 1) })
 			b.Run("impl=ferry", func(b *testing.B) { benchFerry(b, sz.n, 1, false) })
 			b.Run("impl=ferry-fast", func(b *testing.B) { benchFerry(b, sz.n, 1, true) })
+			b.Run("impl=ferry-await", func(b *testing.B) { benchFerryAwait(b, getPeer(b).conn, sz.n, 1, true, true) })
 			b.Run("impl=ferry-fast-nocrc", func(b *testing.B) { benchFerryOn(b, getPeer(b).connNC, sz.n, 1, true) })
 			b.Run("impl=ferry-fast-secure", func(b *testing.B) { benchFerryOn(b, getPeer(b).connSec, sz.n, 1, true) })
 		})
@@ -469,6 +478,7 @@ func BenchmarkInflight16(b *testing.B) {
 		b.Run("impl=raw16", func(b *testing.B) { benchRaw(b, size64.n, 16) })
 		b.Run("impl=ferry", func(b *testing.B) { benchFerry(b, size64.n, 16, false) })
 		b.Run("impl=ferry-fast", func(b *testing.B) { benchFerry(b, size64.n, 16, true) })
+		b.Run("impl=ferry-await", func(b *testing.B) { benchFerryAwait(b, getPeer(b).conn, size64.n, 16, true, true) })
 	})
 }
 
@@ -620,6 +630,12 @@ func benchFerry(b *testing.B, size, window int, fast bool) {
 
 // benchFerryOn is benchFerry on conn.
 func benchFerryOn(b *testing.B, conn *msgr.Conn, size, window int, fast bool) {
+	benchFerryAwait(b, conn, size, window, fast, false)
+}
+
+// benchFerryAwait is benchFerryOn; with await the benchmark goroutine
+// waits for its replies in Conn.Await, reading the socket itself.
+func benchFerryAwait(b *testing.B, conn *msgr.Conn, size, window int, fast, await bool) {
 	p := getPeer(b)
 	typ, replies := TypeEcho, p.disp.queued
 	if fast {
@@ -641,7 +657,18 @@ func benchFerryOn(b *testing.B, conn *msgr.Conn, size, window int, fast bool) {
 		}
 	}
 	var want uint64
+	ctx := context.Background()
 	recv := func() {
+		if await {
+			for len(replies) == 0 {
+				if _, err := conn.Await(ctx, p.disp.sig); err != nil {
+					b.Fatal(err)
+				}
+				if conn.State() == "closed" {
+					b.Fatalf("connection closed: %v", conn.Err())
+				}
+			}
+		}
 		select {
 		case r := <-replies:
 			if r.Header.Tid != want || r.Data.Len() != size {
