@@ -56,7 +56,29 @@ var (
 	ErrSessionLost = errors.New("monc: session lost before the reply")
 	// ErrNoAddr means an entity has no address ferry can connect to.
 	ErrNoAddr = errors.New("monc: no usable address")
+	// ErrNoSuchMon means a command was addressed to a mon the monmap
+	// does not list (see NoSuchMonError).
+	ErrNoSuchMon = errors.New("monc: no such mon in the monmap")
+	// ErrWrongMon means the mon reached at a monmap address is not the
+	// mon the monmap names there (see MonCommandTo).
+	ErrWrongMon = errors.New("monc: reached another mon than asked")
 )
+
+// NoSuchMonError reports a mon name (or rank) the monmap does not hold,
+// with the mons it does hold. It matches ErrNoSuchMon.
+type NoSuchMonError struct {
+	Mon   string   // the name or rank asked for
+	Epoch uint32   // the monmap's epoch
+	Known []string // the monmap's mons, in rank order
+}
+
+// Error names the mon and those the monmap lists.
+func (e *NoSuchMonError) Error() string {
+	return fmt.Sprintf("monc: no mon %q in monmap epoch %d (its mons: %s)", e.Mon, e.Epoch, strings.Join(e.Known, ", "))
+}
+
+// Is reports whether target is ErrNoSuchMon.
+func (e *NoSuchMonError) Is(target error) bool { return target == ErrNoSuchMon }
 
 // HuntError reports that no mon accepted a session: the error of each
 // attempt, in order.
@@ -173,8 +195,10 @@ type Client struct {
 	closed  bool
 	mon     *msgr.Conn // the mon session, nil when hunting is needed
 	monAddr string
+	monName string // the session's mon as the monmap names it ("" if unknown)
 	fsid    ceph.FSID
 	epoch   uint32
+	monmap  *ceph.MonMapInfo // the last monmap; nil before the first
 	waiters map[key]waiter
 	pings   []chan *msg.Message // on the mon session; MPing replies carry no tid: FIFO
 	osds    map[int]*msgr.Conn
@@ -320,10 +344,6 @@ func (c *Client) session(ctx context.Context) (*msgr.Conn, error) {
 // for a reason another attempt would not change (a refused key or mode,
 // missing features: see permanent).
 func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
-	order := make([]int, len(c.cfg.Mons))
-	for i := range order {
-		order[i] = i
-	}
 	shuffle := rand.Shuffle
 	if c.cfg.Rand != nil {
 		shuffle = c.cfg.Rand.Shuffle
@@ -331,18 +351,19 @@ func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
 	herr := &HuntError{}
 	backoff := huntBackoff
 	for round := 1; ; round++ {
-		shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, i := range order {
-			addr, err := c.connectAddr(c.cfg.Mons[i])
+		mons := c.huntList()
+		shuffle(len(mons), func(i, j int) { mons[i], mons[j] = mons[j], mons[i] })
+		for _, vec := range mons {
+			addr, err := c.connectAddr(vec)
 			if err == nil {
 				var conn *msgr.Conn
 				if conn, err = c.tryMon(ctx, addr); err == nil {
-					c.log.Debug("monc: session open", "mon", addr, "peer", conn.PeerName().String(), "round", round)
+					c.log.Debug("monc: session open", "mon", addr, "name", c.MonName(), "peer", conn.PeerName().String(), "round", round)
 					return conn, nil
 				}
 				c.log.Debug("monc: mon refused", "mon", addr, "err", err, "round", round)
 			} else {
-				addr = c.cfg.Mons[i].String()
+				addr = vec.String()
 			}
 			herr.add(AttemptError{addr, err})
 			if permanent(err) || ctx.Err() != nil {
@@ -364,6 +385,51 @@ func (c *Client) hunt(ctx context.Context) (*msgr.Conn, error) {
 		}
 		backoff = min(2*backoff, maxHuntBackoff)
 	}
+}
+
+// huntList returns the mons a hunt goes through: those of the last
+// monmap (as Ceph's MonClient hunts across its monmap once a mon sent
+// one, so a client configured with one mon finds the others), then the
+// configured ones the monmap does not list.
+func (c *Client) huntList() []msg.AddrVec {
+	c.mu.Lock()
+	mm := c.monmap
+	c.mu.Unlock()
+	var out []msg.AddrVec
+	if mm != nil {
+		for _, m := range mm.Mons {
+			if len(m.Addrs) > 0 {
+				out = append(out, m.Addrs)
+			}
+		}
+	}
+	listed := len(out)
+	for _, vec := range c.cfg.Mons {
+		dup := false
+		for _, have := range out[:listed] {
+			if sameMon(have, vec) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, vec)
+		}
+	}
+	return out
+}
+
+// sameMon reports whether two address vectors share an address (type,
+// IP and port; nonces differ between a mon host line and a monmap).
+func sameMon(a, b msg.AddrVec) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.Type == y.Type && x.IP == y.IP {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Backoff between hunting rounds, and how many attempts a HuntError
@@ -426,15 +492,39 @@ func (c *Client) tryMon(ctx context.Context, addr string) (*msgr.Conn, error) {
 		}
 	}
 	mm, err := c.getMonMap(actx, conn)
+	var info *ceph.MonMapInfo
+	if err == nil {
+		info, err = ceph.DecodeMonMap(mm.Map)
+	}
 	if err != nil {
 		c.dropMon(conn)
 		conn.MarkDown()
 		return nil, fmt.Errorf("monmap: %w", err)
 	}
 	c.mu.Lock()
-	c.fsid, c.epoch = mm.FSID, mm.Epoch
+	if c.mon == conn {
+		c.fsid, c.epoch, c.monmap = mm.FSID, mm.Epoch, info
+		c.monName = monNameOf(info, addr, conn)
+	}
 	c.mu.Unlock()
 	return conn, nil
+}
+
+// monNameOf returns the name of the mon at addr in mm: the mon whose
+// addresses include addr, else the mon of the peer's rank (a mon's
+// entity number).
+func monNameOf(mm *ceph.MonMapInfo, addr string, conn *msgr.Conn) string {
+	if a, err := msg.ParseEntityAddr(addr); err == nil {
+		for _, m := range mm.Mons {
+			if sameMon(m.Addrs, msg.AddrVec{a}) {
+				return m.Name
+			}
+		}
+	}
+	if r := conn.PeerName().Num; r >= 0 && r < int64(len(mm.Mons)) {
+		return mm.Mons[r].Name
+	}
+	return ""
 }
 
 // connectAddr picks the address of vec to connect to as Pacific does
@@ -456,6 +546,27 @@ func (c *Client) Mon() string {
 		return ""
 	}
 	return c.monAddr
+}
+
+// MonName returns the name of the mon the session is with, as the
+// monmap names it, or "" if there is no session.
+func (c *Client) MonName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mon == nil {
+		return ""
+	}
+	return c.monName
+}
+
+// MonMap returns the last monmap a mon sent (after Connect, the one
+// fetched at login; then every MMonMap the session's mon pushes), or nil
+// before the first. The value is not modified afterwards: a new monmap
+// replaces it.
+func (c *Client) MonMap() *ceph.MonMapInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.monmap
 }
 
 // MonConn returns the mon session's connection, or nil if there is none.
@@ -540,9 +651,11 @@ func (c *Client) Dispatch(m *msg.Message) bool {
 	case ceph.MsgMonMap:
 		var mm ceph.MonMap
 		if mm.Unmarshal(m) == nil {
+			info, err := ceph.DecodeMonMap(mm.Map)
 			c.mu.Lock()
-			if m.Conn == c.mon {
-				c.fsid, c.epoch = mm.FSID, mm.Epoch
+			if m.Conn == c.mon && err == nil && mm.Epoch >= c.epoch {
+				c.fsid, c.epoch, c.monmap = mm.FSID, mm.Epoch, info
+				c.monName = monNameOf(info, c.monAddr, c.mon)
 			}
 			c.mu.Unlock()
 		}
@@ -730,6 +843,81 @@ func (c *Client) MonCommand(ctx context.Context, cmd []string, input []byte) (*C
 	if err != nil {
 		return nil, err
 	}
+	return c.monCommandOn(ctx, conn, cmd, input)
+}
+
+// MonCommandTo runs a command on the mon called mon in the monmap (or of
+// that rank, when mon is a decimal number, as librados's
+// rados_mon_command_target takes it), as `ceph tell mon.X` does: when the
+// session is with another mon, the client moves its session to that
+// one, as Ceph's MonClient reopens its session for a targeted command. A
+// mon the monmap does not list gives a *NoSuchMonError (ErrNoSuchMon);
+// a mon that does not answer at its monmap address, the attempt's error.
+func (c *Client) MonCommandTo(ctx context.Context, mon string, cmd []string, input []byte) (*CommandResult, error) {
+	conn, err := c.sessionWith(ctx, mon)
+	if err != nil {
+		return nil, err
+	}
+	return c.monCommandOn(ctx, conn, cmd, input)
+}
+
+// sessionWith returns a session with the mon called (or ranked) mon,
+// moving the session there if it is with another.
+func (c *Client) sessionWith(ctx context.Context, mon string) (*msgr.Conn, error) {
+	if _, err := c.session(ctx); err != nil {
+		return nil, err
+	}
+	c.huntMu.Lock()
+	defer c.huntMu.Unlock()
+	c.mu.Lock()
+	mm, cur, curName, curAddr := c.monmap, c.mon, c.monName, c.monAddr
+	c.mu.Unlock()
+	if mm == nil {
+		return nil, &NoSuchMonError{Mon: mon}
+	}
+	info, _, ok := mm.ByName(mon)
+	if !ok {
+		if r, err := strconv.Atoi(mon); err == nil && r >= 0 && r < len(mm.Mons) {
+			info, ok = mm.Mons[r], true
+		}
+	}
+	if !ok {
+		return nil, &NoSuchMonError{Mon: mon, Epoch: mm.Epoch, Known: mm.Names()}
+	}
+	if cur != nil && curName == info.Name {
+		return cur, nil
+	}
+	addr, err := c.connectAddr(info.Addrs)
+	if err != nil {
+		return nil, fmt.Errorf("mon.%s: %w", info.Name, err)
+	}
+	conn, err := c.tryMon(ctx, addr)
+	if err != nil {
+		// Keep the session we had, if it is still up.
+		c.mu.Lock()
+		if c.mon == nil && cur != nil && !c.closed {
+			select {
+			case <-cur.Done():
+			default:
+				c.mon, c.monAddr, c.monName = cur, curAddr, curName
+			}
+		}
+		c.mu.Unlock()
+		return nil, fmt.Errorf("mon.%s at %s: %w", info.Name, addr, err)
+	}
+	if cur != nil && cur != conn {
+		cur.MarkDown()
+		c.failPending(cur, false)
+	}
+	if got := c.MonName(); got != info.Name {
+		return nil, fmt.Errorf("%w: mon.%s at %s is mon.%s by its monmap", ErrWrongMon, info.Name, addr, got)
+	}
+	c.log.Debug("monc: session moved", "mon", info.Name, "addr", addr)
+	return conn, nil
+}
+
+// monCommandOn runs a mon command on conn.
+func (c *Client) monCommandOn(ctx context.Context, conn *msgr.Conn, cmd []string, input []byte) (*CommandResult, error) {
 	tid := c.tid.Add(1)
 	req := ceph.MonCommand{Tid: tid, FSID: c.FSID(), Cmd: cmd, Input: input}
 	r, err := c.call(ctx, conn, key{ceph.MsgMonCommandAck, tid}, req.Marshal())

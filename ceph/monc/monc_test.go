@@ -31,6 +31,12 @@ type fakeDaemon struct {
 	// dropCommands makes the daemon close the connection instead of
 	// answering a command.
 	dropCommands bool
+	// mons is the monmap a fake mon sends (default: itself as mon.a); a
+	// non-empty name is added to its command outputs.
+	mons []ceph.MonInfo
+	name string
+	// rawMonMap, if set, is sent as the encoded monmap instead.
+	rawMonMap []byte
 }
 
 func startFake(t *testing.T, name msg.EntityName) *fakeDaemon {
@@ -76,7 +82,15 @@ func (f *fakeDaemon) dispatch(r *msg.Message) bool {
 	var out *msg.Message
 	switch r.Header.Type {
 	case ceph.MsgMonGetMap:
-		out = (&ceph.MonMap{Map: ceph.EncodeMonMapHead(testFSID, 4, nil)}).Marshal()
+		mons := f.mons
+		if mons == nil {
+			mons = []ceph.MonInfo{{Name: "a", Addrs: msg.AddrVec{f.addr}}}
+		}
+		mm := ceph.EncodeMonMap(testFSID, 4, mons)
+		if f.rawMonMap != nil {
+			mm = f.rawMonMap
+		}
+		out = (&ceph.MonMap{Map: mm}).Marshal()
 	case ceph.MsgPing:
 		out = ceph.PingReply([]byte(`{"health":{"status":"HEALTH_OK"},"mon_status":{"name":"a"}}`))
 	case ceph.MsgMonGetVersion:
@@ -103,6 +117,8 @@ func (f *fakeDaemon) dispatch(r *msg.Message) bool {
 			ack.Output, _ = json.Marshal(map[string]any{"osd": 0, "addrs": map[string]any{"addrvec": vec}})
 		case cmd.Prefix == "osd find":
 			ack.R, ack.RS = -2, fmt.Sprintf("osd.%d does not exist", cmd.ID)
+		case f.name != "":
+			ack.Output = []byte(`{"ran":"` + cmd.Prefix + `","mon":"` + f.name + `"}`)
 		default:
 			ack.Output = []byte(`{"ran":"` + cmd.Prefix + `"}`)
 		}

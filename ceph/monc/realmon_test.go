@@ -3,6 +3,7 @@ package monc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -59,6 +60,30 @@ func TestRealMon(t *testing.T) {
 	}
 	if err := json.Unmarshal(res.Output, &stat); err != nil || len(stat.Quorum) != 1 || stat.Quorum[0].Name != "a" {
 		t.Fatalf("mon stat output %s (%v)", res.Output, err)
+	}
+	// The monmap the mon sent: mon.a at the addresses it listens on, and
+	// the session is with it.
+	mm := c.MonMap()
+	if mm == nil || len(mm.Mons) != 1 || mm.Mons[0].Name != "a" || mm.FSID.String() != mon.FSID || mm.Epoch != c.MonMapEpoch() {
+		t.Fatalf("monmap %+v", mm)
+	}
+	if got, want := mm.Mons[0].Addrs.String(), "[v2:"+mon.V2Addr+"/0,v1:"+mon.V1Addr+"/0]"; got != want {
+		t.Fatalf("mon.a's addresses in the monmap %s, want %s", got, want)
+	}
+	if c.MonName() != "a" {
+		t.Fatalf("session with %q", c.MonName())
+	}
+	// Commands to mon.a by name and by rank; mon.b is not in the monmap.
+	for _, target := range []string{"a", "0"} {
+		res, err := c.MonCommandTo(ctx, target, []string{`{"prefix":"mon stat","format":"json"}`}, nil)
+		if err != nil || res.Err() != nil || !json.Valid(res.Output) {
+			t.Fatalf("mon stat to %s: %+v, %v", target, res, err)
+		}
+	}
+	_, err = c.MonCommandTo(ctx, "b", []string{`{"prefix":"mon stat"}`}, nil)
+	var ne *NoSuchMonError
+	if !errors.Is(err, ErrNoSuchMon) || !errors.As(err, &ne) || len(ne.Known) != 1 || ne.Known[0] != "a" {
+		t.Fatalf("mon.b: %v", err)
 	}
 	// No OSD exists: osd find fails with the mon's ENOENT.
 	if _, err := c.OSDAddrs(ctx, 0); err == nil {

@@ -19,10 +19,13 @@ import (
 // matched against the target's command signatures
 // (get_command_descriptions), so `osd find 0` gives {"prefix": "osd
 // find", "id": 0} as the ceph CLI sends it; one word holding a JSON
-// object is sent as it is. A mon command
-// goes to the mon the client's hunt reached (with one mon listed, that
-// is mon.X; any mon of a quorum answers the mon commands); an OSD command
-// goes to the OSD itself, at the address the OSD map gives.
+// object is sent as it is. A mon command goes to mon.X itself, as the
+// monmap names it (or the mon of rank X, for a number, as librados
+// reads it): the client hunts across the mons it was given, learns the
+// others from the monmap and moves its session to mon.X if it reached
+// another; a name the monmap does not list fails, naming those it does.
+// An OSD command goes to the OSD itself, at the address the OSD map
+// gives.
 func runTell(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "tell")
 	mon := fs.String("mon", "", "the mon to ask, an address (v2:IP:PORT/NONCE) or a mon host list; instead of -c's mon host")
@@ -41,12 +44,18 @@ func runTell(ctx context.Context, e *env, args []string) int {
 		return usageError(e, fs, "--timeout must be positive")
 	}
 	target, err := msg.ParseEntityName(pos[0])
+	monName := ""
 	if err != nil || (target.Type != msg.EntityMon && target.Type != msg.EntityOSD) {
 		// Mons are named by letters: accept mon.a as well as mon.0.
 		if t, _, found := strings.Cut(pos[0], "."); !found || t != "mon" {
 			return usageError(e, fs, "target %q: want mon.X or osd.N", pos[0])
 		}
 		target = msg.EntityName{Type: msg.EntityMon}
+	}
+	if target.Type == msg.EntityMon {
+		if monName = strings.TrimPrefix(pos[0], "mon."); monName == "" {
+			return usageError(e, fs, "target %q: want mon.X, X a mon's name or rank", pos[0])
+		}
 	}
 	words := pos[1:]
 	cmd, err := buildCommand(words, *format)
@@ -83,7 +92,7 @@ func runTell(ctx context.Context, e *env, args []string) int {
 	defer c.Close()
 	run := func(cmd string) (*monc.CommandResult, error) {
 		if target.Type == msg.EntityMon {
-			return c.MonCommand(ctx, []string{cmd}, nil)
+			return c.MonCommandTo(ctx, monName, []string{cmd}, nil)
 		}
 		return c.OSDCommand(ctx, int(target.Num), []string{cmd}, nil)
 	}
