@@ -300,6 +300,7 @@ type Engine struct {
 	hdr      Header
 	inSeq    uint64
 	signer   *signer // with a cephx session key: messages are signed
+	pending  *signer // server: the signer of the authorizer verified, installed by Accept
 }
 
 // NewEngine returns an engine for one connection. Call Start to produce
@@ -657,9 +658,13 @@ func (e *Engine) clientOpen(authz []byte) error {
 		if err != nil {
 			return wrapf(ErrBadAuthorizer, err, r.Tag, "server's authorizer reply")
 		}
+		sg, err := signerFor(res)
+		if err != nil {
+			return err
+		}
 		e.authRes = res
 		e.peer.Auth = &e.authRes
-		e.setSigning(res)
+		e.signer = sg
 	}
 	e.peer.PeerFeatures = r.Features
 	e.peer.Features = r.Features & e.cfg.Supported
@@ -675,12 +680,14 @@ func (e *Engine) clientOpen(authz []byte) error {
 	return nil
 }
 
-func (e *Engine) setSigning(res auth.Result) {
-	if res.Method == auth.MethodCephx {
-		if sg, err := newSigner(res.SessionKey); err == nil {
-			e.signer = sg
-		}
+// signerFor returns the signer of res's session key, nil for a method
+// that does not sign (auth none). A cephx session key that cannot sign
+// fails (ErrBadSessionKey) rather than leaving the session unsigned.
+func signerFor(res auth.Result) (*signer, error) {
+	if res.Method != auth.MethodCephx {
+		return nil, nil
 	}
+	return newSigner(res.SessionKey)
 }
 
 // RetryGlobal (client) answers EvRetryGlobal with a global_seq above the
@@ -821,10 +828,15 @@ func (e *Engine) verifyAuthorizer(authz []byte) (challenged bool, err error) {
 		e.sendReply(ConnectReply{Tag: TagChallengeAuthorizer}, r.More)
 		return true, nil
 	}
-	e.authDone = true
 	if r.Result.Method == 0 {
 		r.Result.Method = c.AuthorizerProtocol
 	}
+	sg, err := signerFor(r.Result)
+	if err != nil {
+		return false, err
+	}
+	e.authDone = true
+	e.pending = sg
 	e.authRes = r.Result
 	e.authRepl = r.Payload
 	e.authz = bytes.Clone(authz)
@@ -878,7 +890,7 @@ func (e *Engine) Accept(a Accept) error {
 	e.peer.Lossy = a.Lossy
 	e.inSeq = a.InSeq
 	if e.authDone {
-		e.setSigning(e.authRes)
+		e.signer = e.pending
 	}
 	if tag == TagSeq {
 		e.out = binary.LittleEndian.AppendUint64(e.out, a.InSeq)

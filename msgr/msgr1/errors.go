@@ -48,6 +48,10 @@ var (
 	// ErrProtocol means the peer broke the protocol in a way not covered
 	// above, or the engine was driven wrongly.
 	ErrProtocol = errors.New("msgr1: protocol violation")
+	// ErrBadSessionKey means authentication gave a session key that
+	// cannot sign messages (cephx's are 16-byte AES keys): the session is
+	// refused rather than run unsigned.
+	ErrBadSessionKey = errors.New("msgr1: unusable session key")
 )
 
 // Error is the typed error for everything the codec and the engine

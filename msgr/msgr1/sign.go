@@ -4,7 +4,6 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"encoding/binary"
-	"fmt"
 )
 
 // cephx's fixed AES-CBC IV (CEPH_AES_IV) and the magic of its encrypted
@@ -60,11 +59,11 @@ type signer struct{ blk cipher.Block }
 
 func newSigner(key []byte) (*signer, error) {
 	if len(key) < 16 {
-		return nil, fmt.Errorf("msgr1: signature key of %d bytes, want at least 16", len(key))
+		return nil, errorf(ErrBadSessionKey, 0, "signature key of %d bytes, want at least 16", len(key))
 	}
 	blk, err := aes.NewCipher(key[:16])
 	if err != nil {
-		return nil, err
+		return nil, wrapf(ErrBadSessionKey, err, 0, "signature key")
 	}
 	return &signer{blk: blk}, nil
 }

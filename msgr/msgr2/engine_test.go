@@ -376,6 +376,9 @@ func FuzzEngine(f *testing.F) {
 	f.Add(hello, false)
 	f.Add(AppendFrame(hello, TagAuthRequest, true, (&AuthRequest{Method: 1, PreferredModes: []uint32{1}, Payload: (&AuthNonePayload{Mode: 10}).Append(nil)}).Append(nil)), false)
 	f.Add(AppendFrame(hello, TagAuthDone, true, (&AuthDone{GlobalID: 1, ConMode: 1}).Append(nil)), true)
+	// A refusal: the client's *AuthError (with the fake method, a
+	// fallback is impossible: it offers one method).
+	f.Add(AppendFrame(hello, TagAuthBadMethod, true, (&AuthBadMethod{Method: 1, Result: -95, AllowedMethods: []uint32{2}, AllowedModes: []uint32{1}}).Append(nil)), true)
 	// With the fake method (last byte's bit 2): a request, a challenge.
 	f.Add(append(AppendFrame(hello, TagAuthRequest, true, (&AuthRequest{Method: 2, PreferredModes: []uint32{2, 1},
 		Payload: append(append([]byte{10}, msg.AppendAuthName(nil, msg.AuthName{Type: msg.EntityClient, ID: "admin"})...), 8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)}).Append(nil)), 2), false)
@@ -423,9 +426,10 @@ func FuzzEngine(f *testing.F) {
 			_, err := e.Feed(in[:n])
 			in = in[n:]
 			if err != nil {
-				var pe *Error
-				if !errors.As(err, &pe) {
-					t.Fatalf("untyped error %v", err)
+				// An *Error, or the *AuthError of a refusal: each matches
+				// a sentinel.
+				if !typed(err) {
+					t.Fatalf("untyped error %T: %v", err, err)
 				}
 				return
 			}

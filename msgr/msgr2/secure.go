@@ -58,11 +58,11 @@ type secureDir struct {
 func newSecureDir(key, nonce []byte) (*secureDir, error) {
 	blk, err := aes.NewCipher(key)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Err: ErrBadAuthMethod, Detail: "secure mode key", Cause: err}
 	}
 	aead, err := cipher.NewGCM(blk)
 	if err != nil {
-		return nil, err
+		return nil, &Error{Err: ErrBadAuthMethod, Detail: "secure mode cipher", Cause: err}
 	}
 	d := &secureDir{aead: aead}
 	copy(d.nonce[:], nonce)
