@@ -320,7 +320,7 @@ func (c *Client) session(ctx context.Context) (*msgr.Conn, error) {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if conn := c.mon; conn != nil {
+	if conn := c.mon; conn != nil && !ended(conn) {
 		c.mu.Unlock()
 		return conn, nil
 	}
@@ -332,9 +332,24 @@ func (c *Client) session(ctx context.Context) (*msgr.Conn, error) {
 	conn := c.mon
 	c.mu.Unlock()
 	if conn != nil {
-		return conn, nil
+		if !ended(conn) {
+			return conn, nil
+		}
+		// The session ended before its reset was dispatched: hunt now
+		// rather than send on a closed connection.
+		c.dropMon(conn)
 	}
 	return c.hunt(ctx)
+}
+
+// ended reports whether conn has closed.
+func ended(conn *msgr.Conn) bool {
+	select {
+	case <-conn.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // hunt opens a session with the first mon that accepts one: it goes
