@@ -22,7 +22,6 @@ const (
 
 const (
 	dqFreeOwnersMax = 256  // dqOwner structs kept for reuse
-	dqFreeWaiterMax = 64   // dqWaiter structs kept for reuse
 	dqKeepRingCap   = 1024 // a reused dqOwner keeps rings up to this capacity
 )
 
@@ -76,11 +75,18 @@ type DispatchQueue[T any] struct {
 	lowBits  uint64 // low priorities (< 64) with items
 	lowTotal int64  // sum of the low priorities with items
 
-	producers dqWaitList[T] // Enqueue calls waiting for room, FIFO
-	consumers dqWaitList[T] // Dequeue calls waiting for an item, FIFO
+	producers waitQueue[dqProducer[T]] // Enqueue calls waiting for room, FIFO
+	consumers waitQueue[T]             // Dequeue calls waiting for an item, FIFO; handed it in v
 
-	freeOwners  []*dqOwner[T]
-	freeWaiters []*dqWaiter[T]
+	freeOwners []*dqOwner[T]
+}
+
+// dqProducer is what a blocked Enqueue asks to queue.
+type dqProducer[T any] struct {
+	owner uint64
+	prio  uint16
+	cost  int64
+	v     T
 }
 
 // dqEntry is one queued item.
@@ -142,33 +148,15 @@ func (q *DispatchQueue[T]) Enqueue(ctx context.Context, owner uint64, prio uint1
 		q.mu.Unlock()
 		return ErrQueueClosed
 	}
-	if q.maxItems == 0 || (q.n < q.maxItems && q.producers.head == nil) {
+	if q.maxItems == 0 || (q.n < q.maxItems && q.producers.len() == 0) {
 		q.dqInsert(owner, prio, int64(cost), false, v)
 		q.mu.Unlock()
 		return nil
 	}
-	w := q.dqNewWaiter()
-	w.owner, w.prio, w.cost, w.v = owner, prio, int64(cost), v
-	q.producers.dqPush(w)
-	q.mu.Unlock()
-
-	var err error
-	select {
-	case <-w.ch:
-		q.mu.Lock()
-	case <-ctx.Done():
-		q.mu.Lock()
-		if w.done {
-			<-w.ch
-		} else {
-			q.producers.dqRemove(w)
-			err = ctx.Err()
-		}
-	}
-	if w.err != nil {
-		err = w.err
-	}
-	q.dqRelease(w)
+	w := q.producers.enqueue(dqProducer[T]{owner: owner, prio: prio, cost: int64(cost), v: v})
+	// A producer that gives up frees no room (producers wait only while
+	// the queue is full), so nobody behind it needs admitting.
+	_, err := q.producers.wait(ctx, &q.mu, w)
 	q.mu.Unlock()
 	return err
 }
@@ -206,34 +194,11 @@ func (q *DispatchQueue[T]) Dequeue(ctx context.Context) (T, error) {
 		var zero T
 		return zero, ErrQueueClosed
 	}
-	w := q.dqNewWaiter()
-	q.consumers.dqPush(w)
+	var zero T
+	w := q.consumers.enqueue(zero)
+	v, err := q.consumers.wait(ctx, &q.mu, w)
 	q.mu.Unlock()
-
-	var err error
-	select {
-	case <-w.ch:
-		q.mu.Lock()
-	case <-ctx.Done():
-		q.mu.Lock()
-		if w.done {
-			<-w.ch
-		} else {
-			q.consumers.dqRemove(w)
-			err = ctx.Err()
-		}
-	}
-	if w.err != nil {
-		err = w.err
-	}
-	v := w.v
-	q.dqRelease(w)
-	q.mu.Unlock()
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return v, nil
+	return v, err
 }
 
 // TryDequeue removes and returns the next item if there is one, without
@@ -260,17 +225,9 @@ func (q *DispatchQueue[T]) Close() {
 		return
 	}
 	q.closed = true
-	for w := q.producers.head; w != nil; w = q.producers.head {
-		q.producers.dqRemove(w)
-		var zero T
-		w.v = zero
-		q.dqSignal(w, ErrQueueClosed)
-	}
+	q.producers.wakeAll(ErrQueueClosed)
 	// Consumers wait only while the queue is empty.
-	for w := q.consumers.head; w != nil; w = q.consumers.head {
-		q.consumers.dqRemove(w)
-		q.dqSignal(w, ErrQueueClosed)
-	}
+	q.consumers.wakeAll(ErrQueueClosed)
 }
 
 // Len returns the number of items queued (not counting blocked Enqueue
@@ -310,23 +267,22 @@ func (q *DispatchQueue[T]) DropOwner(owner uint64, fn func(T)) {
 func (q *DispatchQueue[T]) dqProducersWaiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.producers.n
+	return q.producers.len()
 }
 
 // dqConsumersWaiting returns the number of blocked Dequeue calls (tests).
 func (q *DispatchQueue[T]) dqConsumersWaiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.consumers.n
+	return q.consumers.len()
 }
 
 // dqInsert queues one item, or hands it straight to a waiting consumer
 // (consumers wait only while the queue is empty). Callers hold q.mu.
 func (q *DispatchQueue[T]) dqInsert(owner uint64, prio uint16, cost int64, front bool, v T) {
-	if w := q.consumers.head; w != nil {
-		q.consumers.dqRemove(w)
+	if w := q.consumers.front(); w != nil {
 		w.v = v
-		q.dqSignal(w, nil)
+		q.consumers.wake(w, nil)
 		return
 	}
 	if prio < dqStrictPrio {
@@ -438,12 +394,10 @@ func (q *DispatchQueue[T]) dqDropAt(p uint16, owner uint64, out []T) []T {
 
 // dqAdmit moves blocked producers into the queue while there is room.
 func (q *DispatchQueue[T]) dqAdmit() {
-	for w := q.producers.head; w != nil && (q.maxItems == 0 || q.n < q.maxItems); w = q.producers.head {
-		q.producers.dqRemove(w)
-		q.dqInsert(w.owner, w.prio, w.cost, false, w.v)
-		var zero T
-		w.v = zero
-		q.dqSignal(w, nil)
+	for w := q.producers.front(); w != nil && (q.maxItems == 0 || q.n < q.maxItems); w = q.producers.front() {
+		p := w.v
+		q.producers.wake(w, nil)
+		q.dqInsert(p.owner, p.prio, p.cost, false, p.v)
 	}
 }
 
@@ -533,75 +487,6 @@ func (q *DispatchQueue[T]) dqFreeOwner(o *dqOwner[T]) {
 		o.back = dqRing[dqEntry[T]]{}
 	}
 	q.freeOwners = append(q.freeOwners, o)
-}
-
-// dqWaiter is one blocked Enqueue or Dequeue. done, err and v are set
-// under q.mu before ch is signalled. Waiters are reused.
-type dqWaiter[T any] struct {
-	next, prev *dqWaiter[T]
-	ch         chan struct{} // capacity 1
-	done       bool
-	err        error
-	owner      uint64
-	prio       uint16
-	cost       int64
-	v          T // the producer's item, or the item handed to a consumer
-}
-
-// dqWaitList is a FIFO of waiters.
-type dqWaitList[T any] struct {
-	head, tail *dqWaiter[T]
-	n          int
-}
-
-func (l *dqWaitList[T]) dqPush(w *dqWaiter[T]) {
-	w.prev, w.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
-	l.n++
-}
-
-func (l *dqWaitList[T]) dqRemove(w *dqWaiter[T]) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		l.tail = w.prev
-	}
-	w.next, w.prev = nil, nil
-	l.n--
-}
-
-func (q *DispatchQueue[T]) dqSignal(w *dqWaiter[T], err error) {
-	w.done = true
-	w.err = err
-	w.ch <- struct{}{} // capacity 1, empty: never blocks
-}
-
-func (q *DispatchQueue[T]) dqNewWaiter() *dqWaiter[T] {
-	if n := len(q.freeWaiters); n > 0 {
-		w := q.freeWaiters[n-1]
-		q.freeWaiters[n-1] = nil
-		q.freeWaiters = q.freeWaiters[:n-1]
-		return w
-	}
-	return &dqWaiter[T]{ch: make(chan struct{}, 1)}
-}
-
-// dqRelease keeps w for reuse; its channel is empty by now.
-func (q *DispatchQueue[T]) dqRelease(w *dqWaiter[T]) {
-	*w = dqWaiter[T]{ch: w.ch}
-	if len(q.freeWaiters) < dqFreeWaiterMax {
-		q.freeWaiters = append(q.freeWaiters, w)
-	}
 }
 
 // dqRing is a FIFO ring buffer whose capacity is a power of two.

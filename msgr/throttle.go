@@ -25,27 +25,11 @@ import (
 type Throttle struct {
 	name string
 
-	mu    sync.Mutex
-	max   int64
-	cur   int64
-	head  *throttleWaiter // FIFO of blocked Get calls
-	tail  *throttleWaiter
-	nw    int             // waiters in the FIFO
-	free  *throttleWaiter // reusable waiters, linked by next
-	nfree int
+	mu      sync.Mutex
+	max     int64
+	cur     int64
+	waiters waitQueue[int64] // blocked Get calls and the units each asks for
 }
-
-// throttleWaiter is one Get blocked in the FIFO. It is reused: granted is
-// set and ch signalled under Throttle.mu.
-type throttleWaiter struct {
-	next, prev *throttleWaiter
-	c          int64
-	granted    bool
-	ch         chan struct{} // capacity 1
-}
-
-// throttleFreeMax bounds the number of waiters kept for reuse.
-const throttleFreeMax = 64
 
 // NewThrottle returns a throttle named name (used in logs) that admits up to
 // max units at a time; max 0 means unlimited (the count is still kept).
@@ -82,33 +66,19 @@ func (t *Throttle) Get(ctx context.Context, c int64) error {
 		return nil
 	}
 	t.mu.Lock()
-	if t.head == nil && !t.throttleShouldWait(c) {
+	if t.waiters.len() == 0 && !t.throttleShouldWait(c) {
 		t.cur += c
 		t.mu.Unlock()
 		return nil
 	}
-	w := t.throttleNewWaiter(c)
-	t.throttlePush(w)
-	t.mu.Unlock()
-
-	var err error
-	select {
-	case <-w.ch:
-		t.mu.Lock()
-	case <-ctx.Done():
-		t.mu.Lock()
-		if w.granted {
-			<-w.ch // the grant won the race; consume its signal
-		} else {
-			wasHead := t.head == w
-			t.throttleRemove(w)
-			if wasHead {
-				t.throttleWake() // the next waiter may fit now
-			}
-			err = ctx.Err()
-		}
+	w := t.waiters.enqueue(c)
+	_, err := t.waiters.wait(ctx, &t.mu, w)
+	if err != nil {
+		// w left the FIFO taking nothing. If it was the head, the one
+		// behind it may fit now; otherwise the head is unchanged and
+		// still does not fit, so this admits nobody.
+		t.throttleWake()
 	}
-	t.throttleRelease(w)
 	t.mu.Unlock()
 	return err
 }
@@ -123,7 +93,7 @@ func (t *Throttle) TryGet(c int64) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.head != nil || t.throttleShouldWait(c) {
+	if t.waiters.len() != 0 || t.throttleShouldWait(c) {
 		return false
 	}
 	t.cur += c
@@ -191,67 +161,15 @@ func (t *Throttle) Waiters() int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.nw
+	return t.waiters.len()
 }
 
 // throttleWake grants budget to waiters at the head of the FIFO for as long
-// as the head fits. Callers hold t.mu.
+// as the head fits. Callers hold t.mu. Every change to cur or max is
+// followed by it, so the head never fits while it waits.
 func (t *Throttle) throttleWake() {
-	for w := t.head; w != nil && !t.throttleShouldWait(w.c); w = t.head {
-		t.throttleRemove(w)
-		t.cur += w.c
-		w.granted = true
-		w.ch <- struct{}{} // capacity 1, empty: never blocks
+	for w := t.waiters.front(); w != nil && !t.throttleShouldWait(w.v); w = t.waiters.front() {
+		t.cur += w.v
+		t.waiters.wake(w, nil)
 	}
-}
-
-func (t *Throttle) throttleNewWaiter(c int64) *throttleWaiter {
-	w := t.free
-	if w != nil {
-		t.free = w.next
-		t.nfree--
-		w.next = nil
-	} else {
-		w = &throttleWaiter{ch: make(chan struct{}, 1)}
-	}
-	w.c = c
-	w.granted = false
-	return w
-}
-
-// throttleRelease keeps w for reuse. Its channel is empty by now.
-func (t *Throttle) throttleRelease(w *throttleWaiter) {
-	if t.nfree >= throttleFreeMax {
-		return
-	}
-	*w = throttleWaiter{next: t.free, ch: w.ch}
-	t.free = w
-	t.nfree++
-}
-
-func (t *Throttle) throttlePush(w *throttleWaiter) {
-	w.prev = t.tail
-	w.next = nil
-	if t.tail != nil {
-		t.tail.next = w
-	} else {
-		t.head = w
-	}
-	t.tail = w
-	t.nw++
-}
-
-func (t *Throttle) throttleRemove(w *throttleWaiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		t.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		t.tail = w.prev
-	}
-	w.next, w.prev = nil, nil
-	t.nw--
 }
