@@ -327,10 +327,19 @@ func (c *Conn) Fault(reason error) {
 	c.close(&faultError{reason}, true)
 }
 
+// poke wakes the connection's goroutines: the dialer waiting in standby,
+// or the current socket's writer goroutine, which it starts if it is not
+// running (write.go).
 func (c *Conn) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r != nil {
+		r.startWriter(c)
 	}
 }
 
@@ -397,6 +406,12 @@ type socketRun struct {
 	err  error // why it failed (set before the socket is closed)
 
 	role readRole // who reads it (readrole.go)
+
+	// The writer goroutine (write.go): running, or no more to be started.
+	wmu         sync.Mutex
+	writerOn    bool
+	writersDone bool
+	wwg         sync.WaitGroup
 }
 
 // fail records why the socket is being dropped and closes it; the reader
@@ -553,7 +568,16 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	if dueKA {
 		c.SendKeepalive()
 	}
+	if now.UnixNano()-c.lastRecv.Load() >= parkAfter.Load() {
+		r.role.parkIdle(r)
+	}
 }
+
+// parkAfter is how long a connection must have received nothing before
+// its reader waits without a read buffer (readrole.go, waitParked).
+var parkAfter atomic.Int64 // ns; a second unless a test changes it
+
+func init() { parkAfter.Store(int64(time.Second)) }
 
 func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 	c.mu.Lock()

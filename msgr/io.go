@@ -79,7 +79,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 // a frame's first byte can be cut short by the role (readrole.go): step
 // then returns yield=true having read nothing.
 func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
-	c, r, br := fr.c, fr.r, fr.br
+	c, r := fr.c, fr.r
 	m := c.m
 	e := r.e
 	w := &c.ws
@@ -88,15 +88,16 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		return false, ErrInjectedFailure
 	}
 	n, retain := e.Need()
-	if w.pending.Load() && br.Buffered() < n {
+	if w.pending.Load() && fr.br.Buffered() < n {
 		// About to wait for the socket: write what was left for us.
 		c.flushPending(r)
 	}
-	if interruptible && br.Buffered() == 0 {
+	if interruptible && fr.br.Buffered() == 0 {
 		if stop, err := r.role.waitFrame(r, fr); stop || err != nil {
 			return stop, err
 		}
 	}
+	br := fr.br // waitFrame may have given it back and taken another
 	var buf []byte
 	var held int64 // throttle budget taken for this frame
 	var recvStamp, throttleStamp time.Time

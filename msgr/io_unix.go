@@ -39,3 +39,12 @@ func writeFD(fd uintptr, p []byte) (int, error) { return syscall.Write(int(fd), 
 func setRcvLowat(fd uintptr, v int) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, v)
 }
+
+// readableFD is the function handed to RawConn.Read to wait until fd has
+// something to read (or an error or end of file to report) without
+// reading it: a one-byte MSG_PEEK that would block asks for the wait.
+func readableFD(fd uintptr) bool {
+	var b [1]byte
+	_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err != unix.EAGAIN && err != unix.EINTR
+}

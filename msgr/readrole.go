@@ -1,8 +1,10 @@
 package msgr
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -50,6 +52,8 @@ type readRole struct {
 	waiting bool  // the holder waits for a frame's first byte and may be interrupted
 	kicked  bool  // the read deadline was moved into the past to interrupt the holder
 	recheck bool  // the caller holding the role should look at what it waits for
+	park    bool  // the connection is idle: the reader goroutine gives its read buffer back while it waits
+	parked  bool  // it waits so (waitParked)
 	dead    bool  // the reader goroutine has exited
 	err     error // a caller's read failed; the reader goroutine returns it
 	grant   chan struct{}
@@ -120,10 +124,75 @@ func (rr *readRole) waitFrame(r *socketRun, fr *frameReader) (yield bool, err er
 		// the frame is read.
 		_ = r.nc.SetReadDeadline(time.Time{})
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			rr.mu.Lock()
+			park := rr.park && rr.holder == roleBG && !rr.succ
+			rr.park = false
+			rr.mu.Unlock()
+			if park {
+				return rr.waitParked(r, fr)
+			}
 			return true, nil
 		}
 	}
 	return false, err
+}
+
+// readBufs holds the read buffers of idle connections: a connection that
+// has been silent for a tick of the messenger's timer (parkIdle) waits
+// for its next frame without one, so that ten thousand idle connections
+// do not each keep 64 KiB, of which the pages they touched are resident.
+var readBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+
+// getReadBuf returns a read buffer in front of src, one an idle
+// connection gave back if there is one: a new connection then reuses
+// pages already resident rather than touching fresh ones.
+func getReadBuf(src io.Reader) *bufio.Reader {
+	br := readBufs.Get().(*bufio.Reader)
+	br.Reset(src)
+	return br
+}
+
+// waitParked is waitFrame for an idle connection's reader goroutine: it
+// gives the read buffer back, waits until the socket is readable without
+// reading, and takes a buffer again.
+func (rr *readRole) waitParked(r *socketRun, fr *frameReader) (yield bool, err error) {
+	fr.br.Reset(nil)
+	readBufs.Put(fr.br)
+	fr.br = nil
+	rr.mu.Lock()
+	rr.waiting, rr.parked = true, true
+	rr.mu.Unlock()
+	err = r.raw.Read(readableFD)
+	rr.mu.Lock()
+	rr.waiting, rr.parked = false, false
+	kicked := rr.kicked
+	rr.kicked = false
+	rr.mu.Unlock()
+	if kicked {
+		_ = r.nc.SetReadDeadline(time.Time{})
+	}
+	fr.br = getReadBuf(r.nc)
+	if err != nil {
+		if kicked && errors.Is(err, os.ErrDeadlineExceeded) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil
+}
+
+// parkIdle asks the reader goroutine of a connection that has been idle
+// to wait without its read buffer (waitParked).
+func (rr *readRole) parkIdle(r *socketRun) {
+	if r.raw == nil || r.e == nil {
+		return
+	}
+	rr.mu.Lock()
+	if rr.holder == roleBG && rr.waiting && !rr.parked && !rr.kicked && !rr.succ && rr.fr != nil {
+		rr.park = true
+		rr.kickLocked(r)
+	}
+	rr.mu.Unlock()
 }
 
 // acquireBG waits until the reader goroutine may hold the role again. It

@@ -271,3 +271,50 @@ func TestAwaitConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleReaderParks: a connection that has received nothing for a
+// while waits for its next frame without a read buffer; it then reads
+// as before, whether the reader goroutine or an Await takes the frame.
+func TestIdleReaderParks(t *testing.T) {
+	defer msgr.SetParkAfter(50 * time.Millisecond)()
+	// The client's timer ticks every 100 ms (a quarter of its keepalive
+	// timeout); the server's keepalives every 150 ms keep it open and
+	// leave it idle for longer than 50 ms between them.
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{KeepaliveInterval: 150 * time.Millisecond})
+	c, a := newAwaitClient(t, msgr.Config{KeepaliveInterval: 300 * time.Millisecond, KeepaliveTimeout: 400 * time.Millisecond})
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitReply(t, conn, a, 1)
+	parked := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !conn.ReaderParked() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the idle connection's reader never parked", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	parked("first")
+	// The reader goroutine takes a frame that arrives while it is parked.
+	m := msg.New(testType)
+	m.Header.Tid = 2
+	if err := conn.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-a.replies:
+		if r.Header.Tid != 2 {
+			t.Fatalf("tid %d", r.Header.Tid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply while parked")
+	}
+	parked("second")
+	// An Await takes the role from a parked reader.
+	for tid := uint64(3); tid < 10; tid++ {
+		awaitReply(t, conn, a, tid)
+	}
+}

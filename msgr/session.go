@@ -216,7 +216,7 @@ func (c *Conn) connectOnce() error {
 		return err
 	}
 	e := msgr2.NewEngine(cfg)
-	br := bufio.NewReaderSize(nc, readBufSize)
+	br := getReadBuf(nc)
 	_, err = handshake(m, nc, br, e, c.clientEvent)
 	c.mu.Lock()
 	c.hsConn = nil
@@ -389,7 +389,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 	}
 	e := msgr2.NewEngine(cfg)
 	hr := &hsReader{r: nc, entry: slot}
-	br := bufio.NewReaderSize(hr, readBufSize)
+	br := getReadBuf(hr)
 	var (
 		run      *socketRun // set once a session took this socket over
 		attached *Conn      // that session
@@ -683,15 +683,10 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 		m.queueEvent(itemAccept, c)
 	}
 
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop(r)
-	}()
-	c.poke()
+	c.poke() // starts the writer if something is queued (write.go)
 	err := c.readLoop(r, br)
 	err = r.reason(err)
-	<-writerDone
+	r.stopWriters()
 	close(r.done)
 	c.socketFailed(r, err)
 }

@@ -571,15 +571,10 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	} else {
 		m.queueEvent(itemAccept, c)
 	}
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop(r)
-	}()
-	c.poke()
+	c.poke() // starts the writer if something is queued (write.go)
 	err := c.readLoopV1(r, br)
 	err = r.reason(err)
-	<-writerDone
+	r.stopWriters()
 	close(r.done)
 	c.socketFailed(r, err)
 }

@@ -31,8 +31,9 @@ package msgr
 //     follows Dekker's pattern: a sender stores pending then loads rd, the
 //     reader stores rd then loads pending, so at least one of them sees
 //     the other and the output is not stranded.
-//   - The writer goroutine (writeLoop, the seed's Pipe::Writer) writes
-//     what nobody else will: keepalives and their acks, replay after a
+//   - The writer goroutine (writeLoop, the seed's Pipe::Writer), which
+//     poke starts when there is work for it and which exits once it has
+//     drained it, writes what nobody else will: keepalives and their acks, replay after a
 //     reconnect, messages queued before the socket was up or while an
 //     injected fault is armed, and the remainder of an inline write the
 //     socket did not take whole (ownHandoff: an inline writer never
@@ -57,19 +58,25 @@ const (
 // writing other goroutines' messages for long.
 const inlineRounds = 4
 
-// writeLoop is the connection's writer goroutine: woken by poke, it
-// drains everything pending onto r with one write or writev per batch,
-// unless another party owns the write side, which then writes it.
+// writeLoop is the connection's writer goroutine, started by poke when
+// there is something for it (startWriter) and gone once it has drained
+// it, so that an idle connection costs no goroutine for writing: it
+// writes onto r with one write or writev per batch, unless another party
+// owns the write side, which then writes it.
 func (c *Conn) writeLoop(r *socketRun) {
 	w := &c.ws
 	inj := c.m.cfg.Inject.SocketFailures
 	for {
 		select {
-		case <-c.wake:
+		case <-c.wake: // this goroutine is the answer to that poke
+		default:
+		}
+		select {
 		case <-r.stop:
 			return
 		case <-c.ctx.Done():
 			return
+		default:
 		}
 		for {
 			c.mu.Lock()
@@ -124,7 +131,57 @@ func (c *Conn) writeLoop(r *socketRun) {
 				return
 			}
 		}
+		if !r.writerIdle(c) {
+			return
+		}
 	}
+}
+
+// startWriter starts r's writer goroutine unless it runs or r's reader
+// has stopped (socketRun.stopWriters).
+func (r *socketRun) startWriter(c *Conn) {
+	r.wmu.Lock()
+	if !r.writerOn && !r.writersDone {
+		r.writerOn = true
+		r.wwg.Add(1)
+		go func() {
+			defer r.wwg.Done()
+			c.writeLoop(r)
+		}()
+	}
+	r.wmu.Unlock()
+}
+
+// writerIdle is called by the writer goroutine once it has drained what
+// it found. It reports whether the writer must go on after all: a poke
+// that came after its last look and found it running started no other.
+func (r *socketRun) writerIdle(c *Conn) bool {
+	r.wmu.Lock()
+	r.writerOn = false
+	r.wmu.Unlock()
+	c.mu.Lock()
+	more := c.run == r && c.state == stateOpen && c.owner != ownInline &&
+		(c.owner == ownHandoff || c.outq.n > 0 || len(c.replay) > 0 || c.sendKA || c.sendKAAck || c.ackPending)
+	c.mu.Unlock()
+	if !more {
+		return false
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.writerOn || r.writersDone {
+		return false // another writer took over, or the socket is done
+	}
+	r.writerOn = true
+	return true
+}
+
+// stopWriters waits for r's writer goroutine to exit and keeps others
+// from starting; the reader calls it once it has stopped reading.
+func (r *socketRun) stopWriters() {
+	r.wmu.Lock()
+	r.writersDone = true
+	r.wmu.Unlock()
+	r.wwg.Wait()
 }
 
 // release gives up the write side.

@@ -83,13 +83,13 @@ type serveProc struct {
 
 // startServe starts `ferry serve` on a free loopback port and returns once
 // it printed its address.
-func startServe(t *testing.T, extra ...string) *serveProc {
+func startServe(t testing.TB, extra ...string) *serveProc {
 	t.Helper()
 	return startServeAt(t, "tcp://127.0.0.1:0", extra...)
 }
 
 // startServeAt is startServe listening on listen.
-func startServeAt(t *testing.T, listen string, extra ...string) *serveProc {
+func startServeAt(t testing.TB, listen string, extra ...string) *serveProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)

@@ -24,7 +24,7 @@ import (
 )
 
 // procKB returns a /proc/PID/status field in KiB (VmRSS, VmHWM).
-func procKB(t *testing.T, pid int, field string) int64 {
+func procKB(t testing.TB, pid int, field string) int64 {
 	t.Helper()
 	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {

@@ -1,0 +1,24 @@
+package msgr
+
+import "time"
+
+// SetParkAfter changes how long a connection idles before its reader
+// gives its read buffer back, for tests; it returns a function restoring
+// the old value.
+func SetParkAfter(d time.Duration) func() {
+	old := parkAfter.Swap(int64(d))
+	return func() { parkAfter.Store(old) }
+}
+
+// ReaderParked reports whether c's reader waits without a read buffer.
+func (c *Conn) ReaderParked() bool {
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	r.role.mu.Lock()
+	defer r.role.mu.Unlock()
+	return r.role.parked
+}
