@@ -659,9 +659,10 @@ func (c *Context) timerLoop() {
 	}
 }
 
-// expire times out the requests whose deadline has passed, and the
+// expire times out the requests whose deadline has passed, the
 // incoming requests whose origin's deadline passed while they waited for
-// overflow budget, and re-arms.
+// overflow budget and the bulk transfers whose timeout passed, and
+// re-arms.
 func (c *Context) expire() {
 	now := c.in.now()
 	c.expireOverflowWaiters(now)
@@ -672,9 +673,14 @@ func (c *Context) expire() {
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
-	// Re-arm for the overflow waiters after armed was overwritten, so
-	// that one that began to wait meanwhile is not missed.
+	c.expireTransfers(now)
+	// Re-arm for the overflow waiters and the transfers after armed was
+	// overwritten, so that one that began to wait meanwhile is not
+	// missed.
 	if next := c.ovfEarliest(); next != 0 {
+		c.armAt(next)
+	}
+	if next := c.xferEarliest(); next != 0 {
 		c.armAt(next)
 	}
 }

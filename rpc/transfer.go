@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -120,7 +121,11 @@ type BulkTransfer struct {
 	chunk int64
 	cb    BulkCallback
 	done  chan struct{}
-	timer *time.Timer
+	// deadline is when the transfer times out, in in.now() time (0:
+	// never); hidx is its index in the context's deadline heap (-1: not
+	// in it). Both guarded by the context's bmu.
+	deadline int64
+	hidx     int
 	// internal completion, run where the transfer finishes (overflow
 	// pulls and rendezvous PUTs served for a peer).
 	onDone func(error)
@@ -185,6 +190,10 @@ type bulkState struct {
 	// into their buffer.
 	finishing map[uint64]*BulkTransfer
 	bclosed   bool
+	// xdl holds the active transfers that have a deadline, earliest
+	// first: the context's timer goroutine fails them when it passes, on
+	// the instance's Clock (expireTransfers).
+	xdl xferHeap
 	// pumpDue: a transfer ended while others were parked; whoever
 	// finishes it pumps (finishXfers). cancels: rendezvous PUTs that
 	// failed, whose holders must stop pulling.
@@ -341,7 +350,7 @@ func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error))
 }
 
 func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
-	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{})}
+	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{}), hidx: -1}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
 	if int(t.proto) < len(c.nProto) {
 		c.nProto[t.proto].Add(1)
@@ -369,7 +378,8 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	t.id = c.in.nextXfer.Add(1)
 	c.xfers[t.id] = t
 	if to > 0 && d.Len > 0 {
-		t.timer = time.AfterFunc(to, func() { t.fail(&Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"}) })
+		t.deadline = c.in.now() + int64(to)
+		heap.Push(&c.xdl, t)
 	}
 	var out []*msg.Message
 	var fin []*BulkTransfer
@@ -392,6 +402,9 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 		out = c.issueLocked(t, out)
 	}
 	c.bmu.Unlock()
+	if t.deadline != 0 {
+		c.armAt(t.deadline)
+	}
 	c.finishXfers(fin)
 	if direct {
 		c.startDirect(t)
@@ -589,6 +602,9 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 		c.nDone++
 	}
 	delete(c.xfers, t.id)
+	if t.hidx >= 0 {
+		heap.Remove(&c.xdl, t.hidx)
+	}
 	c.releaseLocked(t, t.inflight)
 	if len(c.parked) > 0 {
 		c.pumpDue = true // the window it gave back, or its place in the queue
@@ -613,9 +629,6 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 func (c *Context) finishXfers(fin []*BulkTransfer) {
 	defer c.afterEnd()
 	for _, t := range fin {
-		if t.timer != nil {
-			t.timer.Stop()
-		}
 		if t.tempReg {
 			t.d.Local.Free()
 		}
@@ -692,6 +705,59 @@ func (c *Context) bulkConnFailed(conn *msgr.Conn) {
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
+}
+
+// expireTransfers fails the transfers whose deadline is at or before
+// now (in.now() time) with ErrTimedOut; the context's timer goroutine
+// calls it (expire).
+func (c *Context) expireTransfers(now int64) {
+	var fin []*BulkTransfer
+	c.bmu.Lock()
+	for len(c.xdl) > 0 && c.xdl[0].deadline <= now {
+		t := c.xdl[0]
+		fin = append(fin, c.failLocked(t, &Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"})...)
+		if t.hidx >= 0 { // (failLocked removes it; never loop on one it did not)
+			heap.Remove(&c.xdl, t.hidx)
+		}
+	}
+	c.bmu.Unlock()
+	c.finishXfers(fin)
+}
+
+// xferEarliest returns the earliest deadline of an active transfer (0:
+// none has one).
+func (c *Context) xferEarliest() int64 {
+	c.bmu.Lock()
+	defer c.bmu.Unlock()
+	if len(c.xdl) == 0 {
+		return 0
+	}
+	return c.xdl[0].deadline
+}
+
+// xferHeap is a min-heap of transfers by deadline (container/heap);
+// each transfer knows its index, so that one that ends is removed at
+// once rather than when its deadline passes.
+type xferHeap []*BulkTransfer
+
+func (h xferHeap) Len() int           { return len(h) }
+func (h xferHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h xferHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *xferHeap) Push(x any) {
+	t := x.(*BulkTransfer)
+	t.hidx = len(*h)
+	*h = append(*h, t)
+}
+func (h *xferHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.hidx = -1
+	return t
 }
 
 // closeBulk fails every transfer with ErrShutdown and refuses new ones.
