@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -19,31 +20,33 @@ type dqTestItem struct {
 	seq   int
 }
 
-// dqTestCtx returns a context that ends after 10 s, so that a broken
-// implementation fails the test instead of hanging it.
+// dqTestCtx returns a context that ends after 10 s (virtual time in a
+// synctest bubble), so that a broken implementation fails the test
+// instead of hanging it.
 func dqTestCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
+// dqTestWait checks cond once every goroutine of the bubble is blocked.
 func dqTestWait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond) // polling interval, not a wait for state
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("no %s once all goroutines blocked", what)
 	}
 }
 
+// dqTestRecv returns what a call that must have returned, once every
+// goroutine of the bubble is blocked, sent on ch.
 func dqTestRecv[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("call did not return")
 		panic("unreachable")
 	}
@@ -207,166 +210,175 @@ func TestDispatchQueueLowPriorityShares(t *testing.T) {
 }
 
 func TestDispatchQueueBounded(t *testing.T) {
-	bg := dqTestCtx(t)
-	q := NewDispatchQueue[int](2)
-	for i := range 2 {
-		if err := q.Enqueue(bg, 1, 127, 1, i); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		bg := dqTestCtx(t)
+		q := NewDispatchQueue[int](2)
+		for i := range 2 {
+			if err := q.Enqueue(bg, 1, 127, 1, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- q.Enqueue(bg, 1, 127, 1, 2) }()
+		dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
+
+		// A cancelled producer behind it leaves nothing queued.
+		ctx, cancel := context.WithCancel(bg)
+		cdone := make(chan error, 1)
+		go func() { cdone <- q.Enqueue(ctx, 1, 127, 1, 99) }()
+		dqTestWait(t, "second producer to block", func() bool { return q.dqProducersWaiting() == 2 })
+		cancel()
+		if err := dqTestRecv(t, cdone); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Enqueue = %v", err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Enqueue on a full queue returned %v", err)
+		default:
+		}
+		if q.Len() != 2 {
+			t.Fatalf("Len()=%d", q.Len())
+		}
+
+		v, err := q.Dequeue(bg)
+		if err != nil || v != 0 {
+			t.Fatalf("Dequeue = %v, %v", v, err)
+		}
+		if err := dqTestRecv(t, done); err != nil {
 			t.Fatal(err)
 		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- q.Enqueue(bg, 1, 127, 1, 2) }()
-	dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
-
-	// A cancelled producer behind it leaves nothing queued.
-	ctx, cancel := context.WithCancel(bg)
-	cdone := make(chan error, 1)
-	go func() { cdone <- q.Enqueue(ctx, 1, 127, 1, 99) }()
-	dqTestWait(t, "second producer to block", func() bool { return q.dqProducersWaiting() == 2 })
-	cancel()
-	if err := dqTestRecv(t, cdone); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Enqueue = %v", err)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("Enqueue on a full queue returned %v", err)
-	default:
-	}
-	if q.Len() != 2 {
-		t.Fatalf("Len()=%d", q.Len())
-	}
-
-	v, err := q.Dequeue(bg)
-	if err != nil || v != 0 {
-		t.Fatalf("Dequeue = %v, %v", v, err)
-	}
-	if err := dqTestRecv(t, done); err != nil {
-		t.Fatal(err)
-	}
-	if q.Len() != 2 || q.dqProducersWaiting() != 0 {
-		t.Fatalf("Len()=%d producers=%d", q.Len(), q.dqProducersWaiting())
-	}
-	if got := dqTestDrain(q); !slices.Equal(got, []int{1, 2}) {
-		t.Fatalf("got %v", got)
-	}
+		if q.Len() != 2 || q.dqProducersWaiting() != 0 {
+			t.Fatalf("Len()=%d producers=%d", q.Len(), q.dqProducersWaiting())
+		}
+		if got := dqTestDrain(q); !slices.Equal(got, []int{1, 2}) {
+			t.Fatalf("got %v", got)
+		}
+	})
 }
 
 func TestDispatchQueueDequeueWaits(t *testing.T) {
-	bg := dqTestCtx(t)
-	q := NewDispatchQueue[int](0)
-	type res struct {
-		v   int
-		err error
-	}
-	done := make(chan res, 1)
-	go func() { v, err := q.Dequeue(bg); done <- res{v, err} }()
-	dqTestWait(t, "consumer to block", func() bool { return q.dqConsumersWaiting() == 1 })
-	_ = q.Enqueue(bg, 3, 10, 1, 42)
-	if r := dqTestRecv(t, done); r.err != nil || r.v != 42 {
-		t.Fatalf("got %+v", r)
-	}
-	if q.Len() != 0 {
-		t.Fatalf("Len()=%d", q.Len())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		bg := dqTestCtx(t)
+		q := NewDispatchQueue[int](0)
+		type res struct {
+			v   int
+			err error
+		}
+		done := make(chan res, 1)
+		go func() { v, err := q.Dequeue(bg); done <- res{v, err} }()
+		dqTestWait(t, "consumer to block", func() bool { return q.dqConsumersWaiting() == 1 })
+		_ = q.Enqueue(bg, 3, 10, 1, 42)
+		if r := dqTestRecv(t, done); r.err != nil || r.v != 42 {
+			t.Fatalf("got %+v", r)
+		}
+		if q.Len() != 0 {
+			t.Fatalf("Len()=%d", q.Len())
+		}
 
-	ctx, cancel := context.WithCancel(bg)
-	go func() { v, err := q.Dequeue(ctx); done <- res{v, err} }()
-	dqTestWait(t, "consumer to block", func() bool { return q.dqConsumersWaiting() == 1 })
-	cancel()
-	if r := dqTestRecv(t, done); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("got %+v", r)
-	}
-	// The cancelled consumer took nothing.
-	_ = q.Enqueue(bg, 3, 10, 1, 7)
-	if v, ok := q.TryDequeue(); !ok || v != 7 {
-		t.Fatalf("TryDequeue = %v, %v", v, ok)
-	}
+		ctx, cancel := context.WithCancel(bg)
+		go func() { v, err := q.Dequeue(ctx); done <- res{v, err} }()
+		dqTestWait(t, "consumer to block", func() bool { return q.dqConsumersWaiting() == 1 })
+		cancel()
+		if r := dqTestRecv(t, done); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("got %+v", r)
+		}
+		// The cancelled consumer took nothing.
+		_ = q.Enqueue(bg, 3, 10, 1, 7)
+		if v, ok := q.TryDequeue(); !ok || v != 7 {
+			t.Fatalf("TryDequeue = %v, %v", v, ok)
+		}
+	})
 }
 
 func TestDispatchQueueClose(t *testing.T) {
-	bg := dqTestCtx(t)
-	q := NewDispatchQueue[int](3)
-	for i := range 3 {
-		_ = q.Enqueue(bg, 1, 127, 1, i)
-	}
-	blocked := make(chan error, 1)
-	go func() { blocked <- q.Enqueue(bg, 1, 127, 1, 3) }()
-	dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
-
-	q.Close()
-	q.Close() // idempotent
-	if err := dqTestRecv(t, blocked); !errors.Is(err, ErrQueueClosed) {
-		t.Fatalf("blocked Enqueue = %v, want ErrQueueClosed", err)
-	}
-	if err := q.Enqueue(bg, 1, 127, 1, 9); !errors.Is(err, ErrQueueClosed) {
-		t.Fatalf("Enqueue after Close = %v", err)
-	}
-	q.EnqueueFront(1, 255, 9) // discarded
-	for i := range 3 {
-		v, err := q.Dequeue(bg)
-		if err != nil || v != i {
-			t.Fatalf("drain %d: %v, %v", i, v, err)
+	synctest.Test(t, func(t *testing.T) {
+		bg := dqTestCtx(t)
+		q := NewDispatchQueue[int](3)
+		for i := range 3 {
+			_ = q.Enqueue(bg, 1, 127, 1, i)
 		}
-	}
-	if _, err := q.Dequeue(bg); !errors.Is(err, ErrQueueClosed) {
-		t.Fatalf("Dequeue after drain = %v", err)
-	}
+		blocked := make(chan error, 1)
+		go func() { blocked <- q.Enqueue(bg, 1, 127, 1, 3) }()
+		dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
 
-	// Close wakes blocked consumers.
-	q2 := NewDispatchQueue[int](0)
-	errs := make(chan error, 2)
-	for range 2 {
-		go func() { _, err := q2.Dequeue(bg); errs <- err }()
-	}
-	dqTestWait(t, "consumers to block", func() bool { return q2.dqConsumersWaiting() == 2 })
-	q2.Close()
-	for range 2 {
-		if err := dqTestRecv(t, errs); !errors.Is(err, ErrQueueClosed) {
-			t.Fatalf("blocked Dequeue = %v", err)
+		q.Close()
+		q.Close() // idempotent
+		if err := dqTestRecv(t, blocked); !errors.Is(err, ErrQueueClosed) {
+			t.Fatalf("blocked Enqueue = %v, want ErrQueueClosed", err)
 		}
-	}
+		if err := q.Enqueue(bg, 1, 127, 1, 9); !errors.Is(err, ErrQueueClosed) {
+			t.Fatalf("Enqueue after Close = %v", err)
+		}
+		q.EnqueueFront(1, 255, 9) // discarded
+		for i := range 3 {
+			v, err := q.Dequeue(bg)
+			if err != nil || v != i {
+				t.Fatalf("drain %d: %v, %v", i, v, err)
+			}
+		}
+		if _, err := q.Dequeue(bg); !errors.Is(err, ErrQueueClosed) {
+			t.Fatalf("Dequeue after drain = %v", err)
+		}
+
+		// Close wakes blocked consumers.
+		q2 := NewDispatchQueue[int](0)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := q2.Dequeue(bg); errs <- err }()
+		}
+		dqTestWait(t, "consumers to block", func() bool { return q2.dqConsumersWaiting() == 2 })
+		q2.Close()
+		for range 2 {
+			if err := dqTestRecv(t, errs); !errors.Is(err, ErrQueueClosed) {
+				t.Fatalf("blocked Dequeue = %v", err)
+			}
+		}
+	})
 }
 
 func TestDispatchQueueDropOwner(t *testing.T) {
-	bg := dqTestCtx(t)
-	q := NewDispatchQueue[dqTestItem](4)
-	// Owner 1 at three priorities (strict and low), owner 2 in between.
-	seq := 0
-	add := func(o uint64, p uint16) {
-		if err := q.Enqueue(bg, o, p, 10, dqTestItem{o, seq}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		bg := dqTestCtx(t)
+		q := NewDispatchQueue[dqTestItem](4)
+		// Owner 1 at three priorities (strict and low), owner 2 in between.
+		seq := 0
+		add := func(o uint64, p uint16) {
+			if err := q.Enqueue(bg, o, p, 10, dqTestItem{o, seq}); err != nil {
+				t.Fatal(err)
+			}
+			seq++
+		}
+		add(1, 127)
+		add(2, 127)
+		add(1, 255)
+		add(1, 5)
+		// The queue is full: a producer for owner 3 waits and is admitted by
+		// the drop.
+		done := make(chan error, 1)
+		go func() { done <- q.Enqueue(bg, 3, 127, 10, dqTestItem{3, 100}) }()
+		dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
+
+		var dropped []dqTestItem
+		q.DropOwner(1, func(it dqTestItem) { dropped = append(dropped, it) })
+		if want := []dqTestItem{{1, 2}, {1, 0}, {1, 3}}; !slices.Equal(dropped, want) {
+			t.Fatalf("dropped %v, want %v", dropped, want)
+		}
+		if err := dqTestRecv(t, done); err != nil {
 			t.Fatal(err)
 		}
-		seq++
-	}
-	add(1, 127)
-	add(2, 127)
-	add(1, 255)
-	add(1, 5)
-	// The queue is full: a producer for owner 3 waits and is admitted by
-	// the drop.
-	done := make(chan error, 1)
-	go func() { done <- q.Enqueue(bg, 3, 127, 10, dqTestItem{3, 100}) }()
-	dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == 1 })
-
-	var dropped []dqTestItem
-	q.DropOwner(1, func(it dqTestItem) { dropped = append(dropped, it) })
-	if want := []dqTestItem{{1, 2}, {1, 0}, {1, 3}}; !slices.Equal(dropped, want) {
-		t.Fatalf("dropped %v, want %v", dropped, want)
-	}
-	if err := dqTestRecv(t, done); err != nil {
-		t.Fatal(err)
-	}
-	q.DropOwner(42, func(dqTestItem) { t.Fatal("dropped an item of an unknown owner") })
-	got := dqTestDrain(q)
-	if want := []dqTestItem{{2, 1}, {3, 100}}; !slices.Equal(got, want) {
-		t.Fatalf("left %v, want %v", got, want)
-	}
-	// The owner can queue again afterwards.
-	add(1, 127)
-	if v, ok := q.TryDequeue(); !ok || v.owner != 1 {
-		t.Fatalf("got %v %v", v, ok)
-	}
-	q.DropOwner(1, nil)
+		q.DropOwner(42, func(dqTestItem) { t.Fatal("dropped an item of an unknown owner") })
+		got := dqTestDrain(q)
+		if want := []dqTestItem{{2, 1}, {3, 100}}; !slices.Equal(got, want) {
+			t.Fatalf("left %v, want %v", got, want)
+		}
+		// The owner can queue again afterwards.
+		add(1, 127)
+		if v, ok := q.TryDequeue(); !ok || v.owner != 1 {
+			t.Fatalf("got %v %v", v, ok)
+		}
+		q.DropOwner(1, nil)
+	})
 }
 
 // dqRef is a naive reference implementation of the queue's scheduling:

@@ -7,53 +7,57 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-// throttleTestWait polls cond until it holds or a deadline passes.
-// throttleTestCtx returns a context that ends after 10 s, so that a broken
-// implementation fails the test instead of hanging it.
+// The tests that block run in synctest bubbles: synctest.Wait returns once
+// every goroutine of the bubble is blocked, so "still waiting" and "has
+// returned" are facts rather than guesses after a sleep.
+
+// throttleTestCtx returns a context that ends after 10 s (virtual time in
+// a bubble), so that a broken implementation fails the test instead of
+// hanging it.
 func throttleTestCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func throttleTestWait(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond) // polling interval, not a wait for state
-	}
-}
-
 // throttleTestGet runs Get in a goroutine and returns a channel that
-// receives its result. It waits until the call is queued as a waiter.
+// receives its result, once the call is queued as a waiter. Run it in a
+// bubble.
 func throttleTestGet(t *testing.T, th *Throttle, ctx context.Context, c int64) <-chan error {
 	t.Helper()
 	before := th.Waiters()
 	done := make(chan error, 1)
 	go func() { done <- th.Get(ctx, c) }()
-	throttleTestWait(t, "Get to wait", func() bool { return th.Waiters() == before+1 })
+	synctest.Wait()
+	if n := th.Waiters(); n != before+1 {
+		t.Fatalf("Get(%d) did not wait: %d waiters, want %d", c, n, before+1)
+	}
 	return done
 }
 
+// throttleTestResult returns the result of a Get that must have returned
+// by the time every goroutine of the bubble is blocked.
 func throttleTestResult(t *testing.T, done <-chan error) error {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("Get did not return")
 		return nil
 	}
 }
 
+// throttleTestPending checks that a Get is still waiting once every
+// goroutine of the bubble is blocked.
 func throttleTestPending(t *testing.T, done <-chan error) {
 	t.Helper()
+	synctest.Wait()
 	select {
 	case err := <-done:
 		t.Fatalf("Get returned %v, want it still waiting", err)
@@ -152,149 +156,157 @@ func TestThrottleAccessors(t *testing.T) {
 }
 
 func TestThrottleFIFO(t *testing.T) {
-	ctx := throttleTestCtx(t)
-	th := NewThrottle("fifo", 10)
-	if err := th.Get(ctx, 10); err != nil {
-		t.Fatal(err)
-	}
-	a := throttleTestGet(t, th, ctx, 5) // head: needs 5
-	b := throttleTestGet(t, th, ctx, 1)
-	c := throttleTestGet(t, th, ctx, 1)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := throttleTestCtx(t)
+		th := NewThrottle("fifo", 10)
+		if err := th.Get(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		a := throttleTestGet(t, th, ctx, 5) // head: needs 5
+		b := throttleTestGet(t, th, ctx, 1)
+		c := throttleTestGet(t, th, ctx, 1)
 
-	// One unit frees: b and c would fit, but a is ahead of them.
-	th.Put(1)
-	if th.Current() != 9 || th.Waiters() != 3 {
-		t.Fatalf("after Put(1): cur=%d waiters=%d, want 9, 3", th.Current(), th.Waiters())
-	}
-	throttleTestPending(t, a)
-	throttleTestPending(t, b)
-	if th.TryGet(1) {
-		t.Fatal("TryGet overtook waiters")
-	}
+		// One unit frees: b and c would fit, but a is ahead of them.
+		th.Put(1)
+		if th.Current() != 9 || th.Waiters() != 3 {
+			t.Fatalf("after Put(1): cur=%d waiters=%d, want 9, 3", th.Current(), th.Waiters())
+		}
+		throttleTestPending(t, a)
+		throttleTestPending(t, b)
+		if th.TryGet(1) {
+			t.Fatal("TryGet overtook waiters")
+		}
 
-	// Four more: a fits (cur 5+5=10); b and c stay behind.
-	th.Put(4)
-	if err := throttleTestResult(t, a); err != nil {
-		t.Fatal(err)
-	}
-	if th.Current() != 10 || th.Waiters() != 2 {
-		t.Fatalf("after Put(4): cur=%d waiters=%d, want 10, 2", th.Current(), th.Waiters())
-	}
-	throttleTestPending(t, b)
+		// Four more: a fits (cur 5+5=10); b and c stay behind.
+		th.Put(4)
+		if err := throttleTestResult(t, a); err != nil {
+			t.Fatal(err)
+		}
+		if th.Current() != 10 || th.Waiters() != 2 {
+			t.Fatalf("after Put(4): cur=%d waiters=%d, want 10, 2", th.Current(), th.Waiters())
+		}
+		throttleTestPending(t, b)
 
-	// One: b only.
-	th.Put(1)
-	if err := throttleTestResult(t, b); err != nil {
-		t.Fatal(err)
-	}
-	throttleTestPending(t, c)
-	if th.Current() != 10 || th.Waiters() != 1 {
-		t.Fatalf("after Put(1): cur=%d waiters=%d, want 10, 1", th.Current(), th.Waiters())
-	}
-	th.Put(1)
-	if err := throttleTestResult(t, c); err != nil {
-		t.Fatal(err)
-	}
-	th.Put(10)
-	if th.Current() != 0 || th.Waiters() != 0 {
-		t.Fatalf("end: cur=%d waiters=%d", th.Current(), th.Waiters())
-	}
+		// One: b only.
+		th.Put(1)
+		if err := throttleTestResult(t, b); err != nil {
+			t.Fatal(err)
+		}
+		throttleTestPending(t, c)
+		if th.Current() != 10 || th.Waiters() != 1 {
+			t.Fatalf("after Put(1): cur=%d waiters=%d, want 10, 1", th.Current(), th.Waiters())
+		}
+		th.Put(1)
+		if err := throttleTestResult(t, c); err != nil {
+			t.Fatal(err)
+		}
+		th.Put(10)
+		if th.Current() != 0 || th.Waiters() != 0 {
+			t.Fatalf("end: cur=%d waiters=%d", th.Current(), th.Waiters())
+		}
+	})
 }
 
 func TestThrottleCancel(t *testing.T) {
-	bg := throttleTestCtx(t)
-	th := NewThrottle("cancel", 10)
-	if err := th.Get(bg, 9); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(bg)
-	a := throttleTestGet(t, th, ctx, 8) // head, does not fit
-	b := throttleTestGet(t, th, bg, 1)  // fits, but behind a
-	throttleTestPending(t, b)
-
-	cancel()
-	if err := throttleTestResult(t, a); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Get = %v, want context.Canceled", err)
-	}
-	// Removing the head lets b through.
-	if err := throttleTestResult(t, b); err != nil {
-		t.Fatal(err)
-	}
-	if th.Current() != 10 || th.Waiters() != 0 {
-		t.Fatalf("cur=%d waiters=%d, want 10, 0", th.Current(), th.Waiters())
-	}
-
-	// A cancelled waiter in the middle leaves no trace either.
-	ctx2, cancel2 := context.WithTimeout(bg, time.Hour)
-	x := throttleTestGet(t, th, bg, 3)
-	y := throttleTestGet(t, th, ctx2, 3)
-	z := throttleTestGet(t, th, bg, 3)
-	cancel2()
-	if err := throttleTestResult(t, y); !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %v", err)
-	}
-	if th.Waiters() != 2 {
-		t.Fatalf("waiters=%d, want 2", th.Waiters())
-	}
-	th.Put(10)
-	for _, ch := range []<-chan error{x, z} {
-		if err := throttleTestResult(t, ch); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		bg := throttleTestCtx(t)
+		th := NewThrottle("cancel", 10)
+		if err := th.Get(bg, 9); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if th.Current() != 6 {
-		t.Fatalf("cur=%d, want 6 (cancelled request took budget?)", th.Current())
-	}
+		ctx, cancel := context.WithCancel(bg)
+		a := throttleTestGet(t, th, ctx, 8) // head, does not fit
+		b := throttleTestGet(t, th, bg, 1)  // fits, but behind a
+		throttleTestPending(t, b)
+
+		cancel()
+		if err := throttleTestResult(t, a); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Get = %v, want context.Canceled", err)
+		}
+		// Removing the head lets b through.
+		if err := throttleTestResult(t, b); err != nil {
+			t.Fatal(err)
+		}
+		if th.Current() != 10 || th.Waiters() != 0 {
+			t.Fatalf("cur=%d waiters=%d, want 10, 0", th.Current(), th.Waiters())
+		}
+
+		// A cancelled waiter in the middle leaves no trace either.
+		ctx2, cancel2 := context.WithTimeout(bg, time.Hour)
+		x := throttleTestGet(t, th, bg, 3)
+		y := throttleTestGet(t, th, ctx2, 3)
+		z := throttleTestGet(t, th, bg, 3)
+		cancel2()
+		if err := throttleTestResult(t, y); !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v", err)
+		}
+		if th.Waiters() != 2 {
+			t.Fatalf("waiters=%d, want 2", th.Waiters())
+		}
+		th.Put(10)
+		for _, ch := range []<-chan error{x, z} {
+			if err := throttleTestResult(t, ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if th.Current() != 6 {
+			t.Fatalf("cur=%d, want 6 (cancelled request took budget?)", th.Current())
+		}
+	})
 }
 
 func TestThrottleOversize(t *testing.T) {
-	ctx := throttleTestCtx(t)
-	th := NewThrottle("oversize", 10)
-	if err := th.Get(ctx, 25); err != nil { // cur 0: passes
-		t.Fatal(err)
-	}
-	small := throttleTestGet(t, th, ctx, 1) // cur 25 > max: waits
-	big := throttleTestGet(t, th, ctx, 30)  // cur > max: waits
-	th.Put(20)                              // cur 5: small fits (6), then big (c >= max, cur 6 <= max)
-	for _, ch := range []<-chan error{small, big} {
-		if err := throttleTestResult(t, ch); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := throttleTestCtx(t)
+		th := NewThrottle("oversize", 10)
+		if err := th.Get(ctx, 25); err != nil { // cur 0: passes
 			t.Fatal(err)
 		}
-	}
-	if th.Current() != 36 {
-		t.Fatalf("cur=%d, want 36", th.Current())
-	}
-	th.Put(36)
-	if th.Current() != 0 {
-		t.Fatalf("cur=%d", th.Current())
-	}
+		small := throttleTestGet(t, th, ctx, 1) // cur 25 > max: waits
+		big := throttleTestGet(t, th, ctx, 30)  // cur > max: waits
+		th.Put(20)                              // cur 5: small fits (6), then big (c >= max, cur 6 <= max)
+		for _, ch := range []<-chan error{small, big} {
+			if err := throttleTestResult(t, ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if th.Current() != 36 {
+			t.Fatalf("cur=%d, want 36", th.Current())
+		}
+		th.Put(36)
+		if th.Current() != 0 {
+			t.Fatalf("cur=%d", th.Current())
+		}
+	})
 }
 
 func TestThrottleSetMax(t *testing.T) {
-	ctx := throttleTestCtx(t)
-	th := NewThrottle("setmax", 4)
-	if err := th.Get(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	a := throttleTestGet(t, th, ctx, 2)
-	b := throttleTestGet(t, th, ctx, 2)
-	th.SetMax(3) // shrinking admits nobody
-	throttleTestPending(t, a)
-	th.SetMax(6) // room for a only
-	if err := throttleTestResult(t, a); err != nil {
-		t.Fatal(err)
-	}
-	throttleTestPending(t, b)
-	if th.Current() != 6 || th.Waiters() != 1 {
-		t.Fatalf("cur=%d waiters=%d, want 6, 1", th.Current(), th.Waiters())
-	}
-	th.SetMax(0) // unlimited admits everyone
-	if err := throttleTestResult(t, b); err != nil {
-		t.Fatal(err)
-	}
-	if th.Current() != 8 || th.Max() != 0 {
-		t.Fatalf("cur=%d max=%d", th.Current(), th.Max())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := throttleTestCtx(t)
+		th := NewThrottle("setmax", 4)
+		if err := th.Get(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		a := throttleTestGet(t, th, ctx, 2)
+		b := throttleTestGet(t, th, ctx, 2)
+		th.SetMax(3) // shrinking admits nobody
+		throttleTestPending(t, a)
+		th.SetMax(6) // room for a only
+		if err := throttleTestResult(t, a); err != nil {
+			t.Fatal(err)
+		}
+		throttleTestPending(t, b)
+		if th.Current() != 6 || th.Waiters() != 1 {
+			t.Fatalf("cur=%d waiters=%d, want 6, 1", th.Current(), th.Waiters())
+		}
+		th.SetMax(0) // unlimited admits everyone
+		if err := throttleTestResult(t, b); err != nil {
+			t.Fatal(err)
+		}
+		if th.Current() != 8 || th.Max() != 0 {
+			t.Fatalf("cur=%d max=%d", th.Current(), th.Max())
+		}
+	})
 }
 
 func TestThrottleOverPut(t *testing.T) {
