@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -255,78 +256,86 @@ func startEcho(t *testing.T, reg *transport.Registry, addr string) *msgr.Messeng
 // reports each refusal, and connects once the server is up; what it queued
 // meanwhile is delivered.
 func TestRefusedThenServerStarts(t *testing.T) {
-	reg := transport.NewRegistry(inproc.NewNetwork())
-	ev := &events{}
-	c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-	c.SetDefaultPolicy(msgr.LosslessClient())
-	c.AddDispatcherHead(ev)
-	conn, _ := c.Connect("inproc://late")
-	m := msg.New(testType)
-	m.Header.Tid = 42
-	if err := conn.Send(m); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "refusals", 10*time.Second, func() bool { return ev.refused.Load() >= 3 })
-	s := startEcho(t, reg, "inproc://late")
-	defer s.Shutdown()
-	if r := recv(t, col.ch); r.Header.Tid != 42 {
-		t.Fatalf("tid %d", r.Header.Tid)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		reg := transport.NewRegistry(inproc.NewNetwork())
+		ev := &events{}
+		c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+		c.SetDefaultPolicy(msgr.LosslessClient())
+		c.AddDispatcherHead(ev)
+		conn, _ := c.Connect("inproc://late")
+		m := msg.New(testType)
+		m.Header.Tid = 42
+		if err := conn.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "refusals", 10*time.Second, time.Millisecond, func() bool { return ev.refused.Load() >= 3 })
+		s := startEcho(t, reg, "inproc://late")
+		defer s.Shutdown()
+		if r := recv(t, col.ch); r.Header.Tid != 42 {
+			t.Fatalf("tid %d", r.Header.Tid)
+		}
+	})
 }
 
 // TestRemoteReset: the server restarts (losing its sessions); the client's
 // reconnect is answered with SESSION_RESET and the dispatchers hear
 // HandleRemoteReset; the session then starts over.
 func TestRemoteReset(t *testing.T) {
-	netw := inproc.NewNetwork()
-	reg := transport.NewRegistry(netw)
-	s := startEcho(t, reg, "inproc://restart")
-	ev := &events{}
-	c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-	c.SetDefaultPolicy(msgr.LosslessClient())
-	c.AddDispatcherHead(ev)
-	conn, _ := c.Connect("inproc://restart")
-	m := msg.New(testType)
-	m.Header.Tid = 1
-	_ = conn.Send(m)
-	recv(t, col.ch)
-	s.Shutdown()
-	s = startEcho(t, reg, "inproc://restart")
-	defer s.Shutdown()
-	waitFor(t, "remote reset", 10*time.Second, func() bool { return ev.remoteReset.Load() == 1 })
-	m = msg.New(testType)
-	m.Header.Tid = 2
-	_ = conn.Send(m)
-	if r := recv(t, col.ch); r.Header.Tid != 2 {
-		t.Fatalf("tid %d", r.Header.Tid)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		netw := inproc.NewNetwork()
+		reg := transport.NewRegistry(netw)
+		s := startEcho(t, reg, "inproc://restart")
+		ev := &events{}
+		c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+		c.SetDefaultPolicy(msgr.LosslessClient())
+		c.AddDispatcherHead(ev)
+		conn, _ := c.Connect("inproc://restart")
+		m := msg.New(testType)
+		m.Header.Tid = 1
+		_ = conn.Send(m)
+		recv(t, col.ch)
+		s.Shutdown()
+		s = startEcho(t, reg, "inproc://restart")
+		defer s.Shutdown()
+		eventually(t, "remote reset", 10*time.Second, time.Millisecond, func() bool { return ev.remoteReset.Load() == 1 })
+		m = msg.New(testType)
+		m.Header.Tid = 2
+		_ = conn.Send(m)
+		if r := recv(t, col.ch); r.Header.Tid != 2 {
+			t.Fatalf("tid %d", r.Header.Tid)
+		}
+	})
 }
 
 // TestStandby: a lossless_peer connection that fails with nothing to send
 // waits in standby and reconnects when there is something to send.
 func TestStandby(t *testing.T) {
-	netw := inproc.NewNetwork()
-	reg := transport.NewRegistry(netw)
-	s := startEcho(t, reg, "inproc://standby")
-	defer s.Shutdown()
-	c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond})
-	c.SetDefaultPolicy(msgr.LosslessPeer())
-	conn, _ := c.Connect("inproc://standby")
-	m := msg.New(testType)
-	_ = conn.Send(m)
-	recv(t, col.ch)
-	netw.Reset("standby")
-	waitFor(t, "standby", 10*time.Second, func() bool { return conn.State() == "standby" })
-	time.Sleep(20 * time.Millisecond)
-	if st := conn.State(); st != "standby" {
-		t.Fatalf("state %s: reconnected with nothing to send", st)
-	}
-	m = msg.New(testType)
-	m.Header.Tid = 9
-	_ = conn.Send(m)
-	if r := recv(t, col.ch); r.Header.Tid != 9 {
-		t.Fatalf("tid %d", r.Header.Tid)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		netw := inproc.NewNetwork()
+		reg := transport.NewRegistry(netw)
+		s := startEcho(t, reg, "inproc://standby")
+		defer s.Shutdown()
+		c, col := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond})
+		c.SetDefaultPolicy(msgr.LosslessPeer())
+		conn, _ := c.Connect("inproc://standby")
+		m := msg.New(testType)
+		_ = conn.Send(m)
+		recv(t, col.ch)
+		netw.Reset("standby")
+		eventually(t, "standby", 10*time.Second, time.Millisecond, func() bool { return conn.State() == "standby" })
+		// A minute of virtual time with nothing to send: still standby.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := conn.State(); st != "standby" {
+			t.Fatalf("state %s: reconnected with nothing to send", st)
+		}
+		m = msg.New(testType)
+		m.Header.Tid = 9
+		_ = conn.Send(m)
+		if r := recv(t, col.ch); r.Header.Tid != 9 {
+			t.Fatalf("tid %d", r.Header.Tid)
+		}
+	})
 }
 
 func TestMarkDownLossless(t *testing.T) {

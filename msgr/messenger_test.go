@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -278,57 +279,62 @@ func TestConnectRefused(t *testing.T) {
 }
 
 func TestKeepalive(t *testing.T) {
-	reg := transport.NewRegistry(inproc.NewNetwork())
-	// Server never sends keepalives of its own but answers ours.
-	s := echoServer(t, reg, "inproc://ka", msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: -1})
-	c, col := newClient(t, reg, msgr.Config{KeepaliveInterval: 20 * time.Millisecond, KeepaliveTimeout: 2 * time.Second})
-	conn, _ := c.Connect(s.ListenAddrs()[0])
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := conn.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for conn.LastKeepaliveAck().IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatal("no keepalive ack recorded")
+	synctest.Test(t, func(t *testing.T) {
+		reg := transport.NewRegistry(inproc.NewNetwork())
+		// Server never sends keepalives of its own but answers ours.
+		s := echoServer(t, reg, "inproc://ka", msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: -1})
+		c, col := newClient(t, reg, msgr.Config{KeepaliveInterval: 20 * time.Millisecond, KeepaliveTimeout: 2 * time.Second})
+		conn, _ := c.Connect(s.ListenAddrs()[0])
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := conn.Ready(ctx); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	var sc *msgr.Conn
-	for sc == nil || sc.LastKeepalive().IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatal("server recorded no keepalive")
+		// A second of virtual time is fifty keepalive intervals: acks keep
+		// coming, and the server records our keepalives.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if ack := conn.LastKeepaliveAck(); ack.IsZero() || time.Since(ack) > 100*time.Millisecond {
+			t.Fatalf("last keepalive ack %v, %v ago: want one within 100ms", ack, time.Since(ack))
 		}
-		if cs := s.Conns(); len(cs) == 1 {
-			sc = cs[0]
+		cs := s.Conns()
+		if len(cs) != 1 || cs[0].LastKeepalive().IsZero() {
+			t.Fatalf("server: %d conns, no keepalive recorded", len(cs))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	select {
-	case <-col.reset:
-		t.Fatal("connection reset although keepalives were answered")
-	default:
-	}
+		select {
+		case <-col.reset:
+			t.Fatal("connection reset although keepalives were answered")
+		default:
+		}
+	})
 }
 
 func TestKeepaliveTimeout(t *testing.T) {
-	reg := transport.NewRegistry(inproc.NewNetwork())
-	s := echoServer(t, reg, "inproc://silent", msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: -1})
-	// The client sends no keepalives, so the server stays silent.
-	c, col := newClient(t, reg, msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: 200 * time.Millisecond})
-	conn, _ := c.Connect(s.ListenAddrs()[0])
-	select {
-	case rc := <-col.reset:
-		if rc != conn {
-			t.Fatal("reset for another connection")
+	synctest.Test(t, func(t *testing.T) {
+		reg := transport.NewRegistry(inproc.NewNetwork())
+		s := echoServer(t, reg, "inproc://silent", msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: -1})
+		// The client sends no keepalives, so the server stays silent.
+		c, col := newClient(t, reg, msgr.Config{KeepaliveInterval: -1, KeepaliveTimeout: 200 * time.Millisecond})
+		start := time.Now()
+		conn, _ := c.Connect(s.ListenAddrs()[0])
+		select {
+		case rc := <-col.reset:
+			if rc != conn {
+				t.Fatal("reset for another connection")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("silent peer not detected")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("silent peer not detected")
-	}
-	if err := conn.Err(); !errors.Is(err, msgr.ErrKeepaliveTimeout) {
-		t.Fatalf("close reason %v", err)
-	}
+		// In virtual time the handshake takes no time: the fault comes
+		// after the 200ms timeout, at the timer's next check.
+		t.Logf("detected after %v", time.Since(start))
+		if d := time.Since(start); d <= 200*time.Millisecond || d > 400*time.Millisecond {
+			t.Fatalf("silent peer detected after %v, want after 200ms and within 400ms", d)
+		}
+		if err := conn.Err(); !errors.Is(err, msgr.ErrKeepaliveTimeout) {
+			t.Fatalf("close reason %v", err)
+		}
+	})
 }
 
 func TestShutdownNoLeak(t *testing.T) {
