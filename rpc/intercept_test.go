@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ferrymsg/ferry/rpc"
@@ -140,42 +141,44 @@ func TestSendContext(t *testing.T) {
 // and on which Progress is never called, says so in the log; one that
 // is progressed does not.
 func TestNoProgressWarning(t *testing.T) {
-	var mu sync.Mutex
-	var logged strings.Builder
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.Write(p)
-	}), nil))
-	text := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.String()
-	}
-	clk := newFakeClock()
-	_, cli, _ := setup(t, rpc.Options{}, rpc.Options{Logger: log, Clock: clk})
-	for _, progress := range []bool{true, false} {
-		c := newCtx(t, cli, rpc.ContextOptions{})
-		if _, err := c.Send(rpc.Request{Opcode: op(opEcho), In: &pair{}, Out: &pair{}}, func(rpc.Completion) {}); err != nil {
-			t.Fatal(err)
+	inBubble(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var logged strings.Builder
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.Write(p)
+		}), nil))
+		text := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.String()
 		}
-		waitFor(t, "the reply", func() bool { return c.Stats().Replied == 1 })
-		if progress {
-			if _, err := c.Progress(0); err != nil {
+		clk := newFakeClock()
+		_, cli, _ := setup(t, rpc.Options{}, rpc.Options{Logger: log, Clock: clk})
+		for _, progress := range []bool{true, false} {
+			c := newCtx(t, cli, rpc.ContextOptions{})
+			if _, err := c.Send(rpc.Request{Opcode: op(opEcho), In: &pair{}, Out: &pair{}}, func(rpc.Completion) {}); err != nil {
 				t.Fatal(err)
 			}
-		}
-		clk.Advance(rpc.NoProgressWarning)
-		want := fmt.Sprintf("tag=%d", c.Tag())
-		if progress {
-			time.Sleep(50 * time.Millisecond) // let a wrong warning show
-			if strings.Contains(text(), "has not been called") {
-				t.Errorf("a progressed context warned:\n%s", text())
+			waitFor(t, "the reply", func() bool { return c.Stats().Replied == 1 })
+			if progress {
+				if _, err := c.Progress(0); err != nil {
+					t.Fatal(err)
+				}
 			}
-			continue
+			clk.Advance(rpc.NoProgressWarning)
+			want := fmt.Sprintf("tag=%d", c.Tag())
+			if progress {
+				synctest.Wait() // every goroutine blocked: a wrong warning would be out
+				if strings.Contains(text(), "has not been called") {
+					t.Errorf("a progressed context warned:\n%s", text())
+				}
+				continue
+			}
+			waitFor(t, "the warning", func() bool { return strings.Contains(text(), "has not been called") && strings.Contains(text(), want) })
 		}
-		waitFor(t, "the warning", func() bool { return strings.Contains(text(), "has not been called") && strings.Contains(text(), want) })
-	}
+	})
 }
 
 type writerFunc func([]byte) (int, error)

@@ -321,42 +321,44 @@ func swimGroup(t *testing.T, n int, o rpc.SWIMOptions) ([]*rpc.Instance, []*even
 // live rank, excluded at once, and the lowest live rank removes it from
 // the group at a new version that every live rank applies.
 func TestSWIMDeadRankRemoved(t *testing.T) {
-	checkGoroutines(t)
-	srv, logs := swimGroup(t, 4, rpc.SWIMOptions{})
-	// Let SWIM run a few periods with everyone alive.
-	time.Sleep(300 * time.Millisecond) // real periods of the protocol under test
-	for i, s := range srv {
-		if live := s.Group().Live(); len(live) != 4 {
-			t.Fatalf("rank %d: live %v before any failure; events %v", i, live, logs[i].all())
-		}
-	}
-	v := srv[0].Group().Version()
-	srv[2].Close()
-	for _, i := range []int{0, 1, 3} {
-		logs[i].wait(t, 10*time.Second, "rank 2 dead or left", func(e rpc.MemberEvent) bool {
-			return e.Rank == 2 && (e.Kind == rpc.EventDead || e.Kind == rpc.EventLeft)
-		})
-	}
-	for _, i := range []int{0, 1, 3} {
-		s := srv[i]
-		waitFor(t, "the new membership at every live rank", func() bool {
-			return s.Group().Version() > v && !s.Group().Has(2)
-		})
-		if err := s.Context(0).Ping(context.Background(), rpc.Endpoint{Rank: 2}); !errors.Is(err, rpc.ErrExcluded) {
-			t.Fatalf("rank %d pinging rank 2: %v", i, err)
-		}
-	}
-	if a, b := srv[1].Group().Version(), srv[3].Group().Version(); a != b {
-		t.Fatalf("versions differ: %d %d", a, b)
-	}
-	// No false positive among the live ranks.
-	for _, i := range []int{0, 1, 3} {
-		for _, e := range logs[i].all() {
-			if e.Rank != 2 && e.Kind == rpc.EventDead {
-				t.Errorf("rank %d: false positive %v", i, e)
+	inBubble(t, func(t *testing.T) {
+		checkGoroutines(t)
+		srv, logs := swimGroup(t, 4, rpc.SWIMOptions{})
+		// Let SWIM run a few periods with everyone alive.
+		time.Sleep(300 * time.Millisecond) // virtual: six periods
+		for i, s := range srv {
+			if live := s.Group().Live(); len(live) != 4 {
+				t.Fatalf("rank %d: live %v before any failure; events %v", i, live, logs[i].all())
 			}
 		}
-	}
+		v := srv[0].Group().Version()
+		srv[2].Close()
+		for _, i := range []int{0, 1, 3} {
+			logs[i].wait(t, 10*time.Second, "rank 2 dead or left", func(e rpc.MemberEvent) bool {
+				return e.Rank == 2 && (e.Kind == rpc.EventDead || e.Kind == rpc.EventLeft)
+			})
+		}
+		for _, i := range []int{0, 1, 3} {
+			s := srv[i]
+			waitFor(t, "the new membership at every live rank", func() bool {
+				return s.Group().Version() > v && !s.Group().Has(2)
+			})
+			if err := s.Context(0).Ping(context.Background(), rpc.Endpoint{Rank: 2}); !errors.Is(err, rpc.ErrExcluded) {
+				t.Fatalf("rank %d pinging rank 2: %v", i, err)
+			}
+		}
+		if a, b := srv[1].Group().Version(), srv[3].Group().Version(); a != b {
+			t.Fatalf("versions differ: %d %d", a, b)
+		}
+		// No false positive among the live ranks.
+		for _, i := range []int{0, 1, 3} {
+			for _, e := range logs[i].all() {
+				if e.Rank != 2 && e.Kind == rpc.EventDead {
+					t.Errorf("rank %d: false positive %v", i, e)
+				}
+			}
+		}
+	})
 }
 
 // A rank removed from the group while it was not told (here: by the
@@ -364,24 +366,26 @@ func TestSWIMDeadRankRemoved(t *testing.T) {
 // first member its SWIM messages reach, and with AuthorityApplication it
 // is not re-added.
 func TestSWIMTellsExcludedRank(t *testing.T) {
-	checkGoroutines(t)
-	srv, logs := swimGroup(t, 3, rpc.SWIMOptions{Authority: rpc.AuthorityApplication})
-	v := srv[0].Group().Version()
-	for _, s := range srv[:2] {
-		if err := s.Group().Modify(rpc.ModRemove, []rpc.Member{{Rank: 2}}, v+1); err != nil {
-			t.Fatal(err)
+	inBubble(t, func(t *testing.T) {
+		checkGoroutines(t)
+		srv, logs := swimGroup(t, 3, rpc.SWIMOptions{Authority: rpc.AuthorityApplication})
+		v := srv[0].Group().Version()
+		for _, s := range srv[:2] {
+			if err := s.Group().Modify(rpc.ModRemove, []rpc.Member{{Rank: 2}}, v+1); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	e := logs[2].wait(t, 10*time.Second, "rank 2 learning it was excluded", func(e rpc.MemberEvent) bool {
-		return e.Kind == rpc.EventExcluded && e.Rank == 2
+		e := logs[2].wait(t, 10*time.Second, "rank 2 learning it was excluded", func(e rpc.MemberEvent) bool {
+			return e.Kind == rpc.EventExcluded && e.Rank == 2
+		})
+		if e.Version != v+1 || srv[2].Group().ExcludedAt() != v+1 || srv[2].Group().Version() != v+1 {
+			t.Fatalf("event %v; rank 2 ExcludedAt %d version %d, want %d", e, srv[2].Group().ExcludedAt(), srv[2].Group().Version(), v+1)
+		}
+		time.Sleep(2 * time.Second) // virtual: forty periods, and the application's authority re-adds nothing
+		for _, s := range srv[:2] {
+			if s.Group().Has(2) || s.Group().Version() != v+1 {
+				t.Fatalf("rank %d: has 2 %v, version %d", s.Rank(), s.Group().Has(2), s.Group().Version())
+			}
+		}
 	})
-	if e.Version != v+1 || srv[2].Group().ExcludedAt() != v+1 || srv[2].Group().Version() != v+1 {
-		t.Fatalf("event %v; rank 2 ExcludedAt %d version %d, want %d", e, srv[2].Group().ExcludedAt(), srv[2].Group().Version(), v+1)
-	}
-	time.Sleep(200 * time.Millisecond) // a few 50 ms periods: the application's authority re-adds nothing
-	for _, s := range srv[:2] {
-		if s.Group().Has(2) || s.Group().Version() != v+1 {
-			t.Fatalf("rank %d: has 2 %v, version %d", s.Rank(), s.Group().Has(2), s.Group().Version())
-		}
-	}
 }

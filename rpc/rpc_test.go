@@ -245,41 +245,44 @@ func TestNeverRepliesTimesOutOnce(t *testing.T) {
 	}
 }
 
-// Call with a real short timeout, and the deadline visible to the
+// Call with a short timeout (in virtual time), and the deadline visible to the
 // handler.
 func TestCallTimeoutAndDeadline(t *testing.T) {
-	checkGoroutines(t)
-	_, cli, h := setup(t, rpc.Options{}, rpc.Options{})
-	c := newCtx(t, cli, rpc.ContextOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err := c.Call(ctx, rpc.Endpoint{}, op(opHold), nil, nil)
-	if !errors.Is(err, rpc.ErrTimedOut) {
-		t.Fatalf("got %v", err)
-	}
-	if d := time.Since(start); d < 40*time.Millisecond || d > 5*time.Second {
-		t.Fatalf("timed out after %v", d)
-	}
-	held := recv(t, h.held, "held request")
-	if _, ok := held.Deadline(); !ok {
-		t.Fatal("no deadline in the header")
-	}
-	held.Reply(nil)
+	inBubble(t, func(t *testing.T) {
+		checkGoroutines(t)
+		_, cli, h := setup(t, rpc.Options{}, rpc.Options{})
+		c := newCtx(t, cli, rpc.ContextOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := c.Call(ctx, rpc.Endpoint{}, op(opHold), nil, nil)
+		if !errors.Is(err, rpc.ErrTimedOut) {
+			t.Fatalf("got %v", err)
+		}
+		// Virtual time: the timeout is exact, not stretched by a loaded machine.
+		if d := time.Since(start); d < 50*time.Millisecond || d > 100*time.Millisecond {
+			t.Fatalf("timed out after %v", d)
+		}
+		held := recv(t, h.held, "held request")
+		if _, ok := held.Deadline(); !ok {
+			t.Fatal("no deadline in the header")
+		}
+		held.Reply(nil)
 
-	// The handler sees the remaining time (request timeout 30 s).
-	c.SetTimeout(30 * time.Second)
-	var out pair
-	if err := c.Call(context.Background(), rpc.Endpoint{}, op(opRemaining), nil, &out); err != nil {
-		t.Fatal(err)
-	}
-	if out.A < 25_000 || out.A > 30_000 {
-		t.Fatalf("handler saw %d ms remaining, want about 30000", out.A)
-	}
-	// A context that is already over fails at once.
-	if err := c.Call(ctx, rpc.Endpoint{}, op(opEcho), &pair{}, nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("expired ctx: %v", err)
-	}
+		// The handler sees the remaining time (request timeout 30 s).
+		c.SetTimeout(30 * time.Second)
+		var out pair
+		if err := c.Call(context.Background(), rpc.Endpoint{}, op(opRemaining), nil, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.A < 25_000 || out.A > 30_000 {
+			t.Fatalf("handler saw %d ms remaining, want about 30000", out.A)
+		}
+		// A context that is already over fails at once.
+		if err := c.Call(ctx, rpc.Endpoint{}, op(opEcho), &pair{}, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expired ctx: %v", err)
+		}
+	})
 }
 
 func TestCallCanceled(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,7 +30,10 @@ func inBubble(t *testing.T, body func(t *testing.T)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), envVirtual+"="+t.Name())
+	// Under -race the child would sleep 1 s at exit (the race runtime's
+	// atexit_sleep_ms) for goroutines still running; a bubble has none left.
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), envVirtual+"="+t.Name(), "GORACE="+gorace)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s in its bubble: %v\n%s", t.Name(), err, out)
