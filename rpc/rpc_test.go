@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ferrymsg/ferry/msg"
@@ -203,46 +204,49 @@ func TestPinnedProgress(t *testing.T) {
 // A handler that never replies: the caller gets the timeout exactly
 // once, and the reply that comes afterwards is counted as late.
 func TestNeverRepliesTimesOutOnce(t *testing.T) {
-	checkGoroutines(t)
-	clk := newFakeClock()
-	_, cli, h := setup(t, rpc.Options{}, rpc.Options{Clock: clk, Timeout: 10 * time.Second})
-	c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
-	var calls atomic.Int32
-	errs := make(chan error, 4)
-	if _, err := c.Send(rpc.Request{Opcode: op(opHold)}, func(cp rpc.Completion) {
-		calls.Add(1)
-		errs <- cp.Err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	held := recv(t, h.held, "the request at the handler")
-	clk.Advance(9 * time.Second)
-	select {
-	case err := <-errs:
-		t.Fatalf("completed before its timeout: %v", err)
-	default:
-	}
-	clk.Advance(2 * time.Second)
-	err := recv(t, errs, "the timeout")
-	if !errors.Is(err, rpc.ErrTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want a timeout", err)
-	}
-	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("%v is not a net.Error timeout", err)
-	}
-	// The handler answers after all: the reply is late and ignored.
-	if err := held.Reply(nil); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the late reply", func() bool { return c.Stats().LateReplies == 1 })
-	clk.Advance(time.Hour)
-	if got := calls.Load(); got != 1 {
-		t.Fatalf("callback ran %d times", got)
-	}
-	if st := c.Stats(); st.TimedOut != 1 || st.Replied != 0 || st.InFlight != 0 {
-		t.Fatalf("stats %+v", st)
-	}
+	inBubble(t, func(t *testing.T) {
+		checkGoroutines(t)
+		clk := newFakeClock()
+		_, cli, h := setup(t, rpc.Options{}, rpc.Options{Clock: clk, Timeout: 10 * time.Second})
+		c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+		var calls atomic.Int32
+		errs := make(chan error, 4)
+		if _, err := c.Send(rpc.Request{Opcode: op(opHold)}, func(cp rpc.Completion) {
+			calls.Add(1)
+			errs <- cp.Err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		held := recv(t, h.held, "the request at the handler")
+		clk.Advance(9 * time.Second)
+		synctest.Wait() // every goroutine blocked: a wrong completion would be out
+		select {
+		case err := <-errs:
+			t.Fatalf("completed before its timeout: %v", err)
+		default:
+		}
+		clk.Advance(2 * time.Second)
+		err := recv(t, errs, "the timeout")
+		if !errors.Is(err, rpc.ErrTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want a timeout", err)
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("%v is not a net.Error timeout", err)
+		}
+		// The handler answers after all: the reply is late and ignored.
+		if err := held.Reply(nil); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the late reply", func() bool { return c.Stats().LateReplies == 1 })
+		clk.Advance(time.Hour)
+		if got := calls.Load(); got != 1 {
+			t.Fatalf("callback ran %d times", got)
+		}
+		if st := c.Stats(); st.TimedOut != 1 || st.Replied != 0 || st.InFlight != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
 }
 
 // Call with a short timeout (in virtual time), and the deadline visible to the
