@@ -69,11 +69,13 @@ type Bulk struct {
 	// bound names the origin (crt_bulk_bind): set by Bind.
 	bound atomic.Pointer[bulkOrigin]
 
-	// conn, for an overflow handle, is the connection of the peer that
-	// pulls it: the handle is freed if that connection fails.
+	// conn, for an overflowing output's handle, is the connection of the
+	// peer that pulls it (no other peer finds it), and acct that peer's
+	// account, which frees it if that connection fails.
 	conn *msgr.Conn
+	acct *peer
 	// held, for an overflowing output, is what it counts against its
-	// connection's unpulled outputs (Instance.holdOutput).
+	// peer's unpulled outputs (chOutputs).
 	held int64
 
 	// seg1 and off1 hold segs and offs of a one-segment handle (the
@@ -154,18 +156,6 @@ func (r *bulkRegistry) count() int {
 	return len(r.m)
 }
 
-// dropConn frees the overflow handles of a failed connection.
-func (r *bulkRegistry) dropConn(c *msgr.Conn) {
-	r.mu.Lock()
-	for k, b := range r.m {
-		if b.conn == c {
-			delete(r.m, k)
-			b.freed.Store(true)
-		}
-	}
-	r.mu.Unlock()
-}
-
 // NewBulk registers segs with permission perm and returns its handle
 // (crt_bulk_create). Empty slices are allowed; the handle's length is the
 // sum of the slices'.
@@ -215,19 +205,23 @@ func (b *Bulk) Free() {
 	if b.freed.Swap(true) {
 		return
 	}
-	if b.held > 0 {
-		b.in.unholdOutput(b.conn, b.held)
+	if b.acct != nil {
+		b.acct.dropOutput(b)
 	}
 	b.in.bulks.remove(b.key)
 	// Rendezvous PUTs being pulled into b for peers stop (their
 	// initiators get ErrNotFound); the write each holds ends when its
 	// last chunk in progress has landed.
-	b.in.rts.Range(func(_, v any) bool {
-		if t := v.(*BulkTransfer); t.d.Local == b {
+	if b.perm&BulkWO != 0 && b.in.charged[chPulls].Load() > 0 {
+		var pulls []*BulkTransfer
+		b.in.peers.Range(func(_, v any) bool {
+			pulls = v.(*peer).pullsInto(b, pulls)
+			return true
+		})
+		for _, t := range pulls {
 			t.fail(errTargetFreed())
 		}
-		return true
-	})
+	}
 	b.wmu.Lock()
 	for b.writers > 0 {
 		if b.wdone == nil {
@@ -405,54 +399,23 @@ func (h *BulkHandle) UnmarshalBinary(p []byte) error {
 func (h BulkHandle) Bound() bool { return h.URI != "" }
 
 // overflowBulk registers an RPC's data segment as a read-only handle for
-// its receiver to pull. With conn set, the handle is freed if conn fails;
-// held is what it counts against conn's outputs (holdOutput), given back
-// when it is freed.
-func (in *Instance) overflowBulk(data [][]byte, conn *msgr.Conn, held int64) *Bulk {
+// its receiver to pull. With a set (an output), only a's peer finds the
+// handle, the account lists it (its connection's end frees it), and held
+// is what it took of a's unpulled outputs (chOutputs), given back when it
+// is freed.
+func (in *Instance) overflowBulk(data [][]byte, a *peer, held int64) *Bulk {
 	b := newBulk(in, data, BulkRO)
-	b.conn = conn
-	b.held = held
-	in.bulks.add(b)
-	if conn == nil {
+	if a == nil {
+		in.bulks.add(b)
 		return b // a request's input: any peer that has its key may pull it
 	}
-	select {
-	case <-conn.Done():
-		// The connection failed already: its handles may have been
-		// dropped before this one was added, so drop it here.
+	b.conn, b.acct, b.held = a.conn, a, held
+	in.bulks.add(b)
+	if !a.addOutput(b) {
+		// The connection failed already: nothing will pull it.
 		b.Free()
-	default:
 	}
 	return b
-}
-
-// holdOutput counts n bytes of an overflowing output against the outputs
-// conn's peer has not pulled or released yet, if they fit in
-// IncomingLimit (one always fits when none is held): a peer that asks for
-// outputs and never pulls them pins at most that much per connection.
-func (in *Instance) holdOutput(conn *msgr.Conn, n int64) bool {
-	in.outMu.Lock()
-	defer in.outMu.Unlock()
-	cur := in.outHeld[conn]
-	if cur > 0 && cur+n > int64(in.opts.IncomingLimit) {
-		return false
-	}
-	if in.outHeld == nil {
-		in.outHeld = map[*msgr.Conn]int64{}
-	}
-	in.outHeld[conn] = cur + n
-	return true
-}
-
-// unholdOutput gives back what holdOutput counted.
-func (in *Instance) unholdOutput(conn *msgr.Conn, n int64) {
-	in.outMu.Lock()
-	defer in.outMu.Unlock()
-	if v := in.outHeld[conn] - n; v > 0 {
-		in.outHeld[conn] = v
-	} else {
-		delete(in.outHeld, conn)
-	}
 }
 
 // insertOverflow inserts an overflow descriptor between the RPC header at

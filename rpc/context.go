@@ -108,7 +108,6 @@ func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
 	c.tr.SetGenBase(mrand.Uint32())
 	c.readyPool.New = func() any { return new(track.Ready[*request]) }
 	c.xfers = map[uint64]*BulkTransfer{}
-	c.perConn = map[*msgr.Conn]int64{}
 	c.finishing = map[uint64]*BulkTransfer{}
 	to := o.Timeout
 	if to == 0 {
@@ -546,7 +545,7 @@ func (c *Context) connFailed(conn *msgr.Conn) {
 	c.takeSendRefs(out)
 	c.mu.Unlock()
 	c.perform(out)
-	c.bulkConnFailed(conn)
+	// Its transfers fail with the peer's account (Instance.peerGone).
 }
 
 // ranksChanged fails the requests to removed ranks and forgets the

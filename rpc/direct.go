@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -51,17 +50,12 @@ const (
 	directMaxLeases = 4096    // ranges a connection's peer may hold at once
 )
 
-// directConn is the direct path's state of one connection, kept in
-// directConns until the connection closes.
-type directConn struct {
-	conn *msgr.Conn
-	off  atomic.Bool // the initiator falls back to messages for good
-
-	mu      sync.Mutex
-	gone    bool                        // the connection closed
-	leases  map[directKey]directLease   // holder: ranges the peer may touch
-	waiting map[directKey]*BulkTransfer // initiator: transfers waiting for their addresses
-}
+// The direct path's state of a connection is in its peer's account
+// (peer.go): whether it is used and off for good, the ranges the peer
+// may touch (holder: leases, chLeases) and the transfers waiting for the
+// peer's addresses (initiator: waiting). An account that used it is
+// watched, so that its leases end when the connection closes however it
+// closes.
 
 // directLease is a range of b the peer may touch; a write lease holds a
 // write of b (acquireWrite) until end.
@@ -83,38 +77,16 @@ type directKey struct {
 	xfer uint64
 }
 
-// directConns maps each *msgr.Conn that used the direct path to its
-// *directConn. Connections are unique objects, so one map serves every
-// instance of the process.
-var directConns sync.Map
-
-// directStateOf returns conn's state, creating it (and the goroutine
-// that drops it when the connection closes) on first use.
-func directStateOf(conn *msgr.Conn) *directConn {
-	if v, ok := directConns.Load(conn); ok {
-		return v.(*directConn)
+// useDirect marks a's connection as one that uses the direct path, and
+// has it watched.
+func (a *peer) useDirect() {
+	if a.directUsed.Load() {
+		return
 	}
-	d := &directConn{conn: conn, leases: map[directKey]directLease{}, waiting: map[directKey]*BulkTransfer{}}
-	if v, loaded := directConns.LoadOrStore(conn, d); loaded {
-		return v.(*directConn)
-	}
-	go d.watch()
-	return d
-}
-
-// watch drops the connection's state when it closes: its leases go, and
-// transfers still waiting fail with the connection (bulkConnFailed).
-func (d *directConn) watch() {
-	<-d.conn.Done()
-	directConns.Delete(d.conn)
-	d.mu.Lock()
-	d.gone = true
-	for _, l := range d.leases {
-		l.end()
-	}
-	clear(d.leases)
-	clear(d.waiting)
-	d.mu.Unlock()
+	a.mu.Lock()
+	a.directUsed.Store(true)
+	a.watchLocked()
+	a.mu.Unlock()
 }
 
 // directHooks let tests steer the direct path (see export_direct_test.go).
@@ -149,13 +121,13 @@ func (c *Context) directOK(t *BulkTransfer) bool {
 	if t.d.Len <= int64(c.in.opts.Bulk.EagerLimit) && !directHooks.anySize.Load() {
 		return false
 	}
-	if v, ok := directConns.Load(t.conn); ok {
-		return !v.(*directConn).off.Load()
+	if t.acct.directUsed.Load() {
+		return !t.acct.directOff.Load()
 	}
 	if _, ok := t.conn.PeerProcess(); !ok {
 		return false
 	}
-	directStateOf(t.conn)
+	t.acct.useDirect()
 	return true
 }
 
@@ -163,14 +135,19 @@ func (c *Context) directOK(t *BulkTransfer) bool {
 // (successfully, or with an error after which the caller may not retry).
 // Called without locks.
 func (c *Context) startDirect(t *BulkTransfer) {
-	d := directStateOf(t.conn)
+	a := t.acct
+	a.useDirect()
 	k := directKey{c.tag, t.id}
-	d.mu.Lock()
-	gone := d.gone
+	a.mu.Lock()
+	gone := a.gone.Load()
 	if !gone {
-		d.waiting[k] = t
+		if a.waiting == nil {
+			a.waiting = map[directKey]*BulkTransfer{}
+		}
+		a.waiting[k] = t
+		a.add(chDirectWaits, 1)
 	}
-	d.mu.Unlock()
+	a.mu.Unlock()
 	if gone {
 		t.fail(&Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})
 		return
@@ -191,9 +168,12 @@ func (c *Context) startDirect(t *BulkTransfer) {
 	m := bulkMsg(&h, nil, msg.PrioDefault)
 	if err := t.conn.Send(m); err != nil {
 		m.Done()
-		d.mu.Lock()
-		delete(d.waiting, k)
-		d.mu.Unlock()
+		a.mu.Lock()
+		if a.waiting[k] == t {
+			delete(a.waiting, k)
+			a.add(chDirectWaits, -1)
+		}
+		a.mu.Unlock()
 		t.fail(&Error{Code: CodeUnreachable, Msg: "sending a direct bulk request", Err: err})
 	}
 }
@@ -203,17 +183,14 @@ func (c *Context) startDirect(t *BulkTransfer) {
 // answers does not pin t and its buffers until the connection ends. An
 // answer that comes later finds nothing and is released (directInfo).
 func forgetDirect(t *BulkTransfer) {
-	v, ok := directConns.Load(t.conn)
-	if !ok {
-		return
-	}
-	d := v.(*directConn)
+	a := t.acct
 	k := directKey{t.c.tag, t.id}
-	d.mu.Lock()
-	if d.waiting[k] == t {
-		delete(d.waiting, k)
+	a.mu.Lock()
+	if a.waiting[k] == t {
+		delete(a.waiting, k)
+		a.add(chDirectWaits, -1)
 	}
-	d.mu.Unlock()
+	a.mu.Unlock()
 }
 
 // handleDirect handles the bulk operations of the direct path.
@@ -231,15 +208,16 @@ func (in *Instance) handleDirect(conn *msgr.Conn, h *wire.BulkHeader, m *msg.Mes
 		hc := *h // directInfo keeps it; h itself must not escape (handleBulk's, per bulk message)
 		in.directInfo(conn, &hc, data)
 	case wire.BulkDirectDone:
-		if v, ok := directConns.Load(conn); ok {
-			d := v.(*directConn)
+		if v, ok := in.peers.Load(conn); ok {
+			a := v.(*peer)
 			k := directKey{h.SrcTag, h.Xfer}
-			d.mu.Lock()
-			if l, ok := d.leases[k]; ok {
+			a.mu.Lock()
+			if l, ok := a.leases[k]; ok {
 				l.end()
-				delete(d.leases, k)
+				delete(a.leases, k)
+				a.add(chLeases, -1)
 			}
-			d.mu.Unlock()
+			a.mu.Unlock()
 		}
 	default:
 		in.fault(conn, fmt.Sprintf("unknown direct bulk operation %d", h.Op))
@@ -294,20 +272,26 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 		reply(CodeNotFound, 0, nil)
 		return
 	}
-	d := directStateOf(conn)
+	a := in.peerOf(conn)
+	a.useDirect()
 	k := directKey{h.SrcTag, h.Xfer}
-	d.mu.Lock()
-	if d.gone || len(d.leases) >= directMaxLeases {
-		d.mu.Unlock()
+	a.mu.Lock()
+	if a.gone.Load() || len(a.leases) >= directMaxLeases {
+		a.mu.Unlock()
 		l.end()
 		reply(CodeBusy, 0, nil)
 		return
 	}
-	if old, ok := d.leases[k]; ok {
+	if old, ok := a.leases[k]; ok {
 		old.end() // the peer asked again for the same transfer
+	} else {
+		a.add(chLeases, 1)
 	}
-	d.leases[k] = l
-	d.mu.Unlock()
+	if a.leases == nil {
+		a.leases = map[directKey]directLease{}
+	}
+	a.leases[k] = l
+	a.mu.Unlock()
 	data := make([]byte, 0, len(segs)*wire.DirectPairLen)
 	for _, s := range segs {
 		data = binary.LittleEndian.AppendUint64(data, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s)))))
@@ -321,14 +305,15 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 func (in *Instance) directInfo(conn *msgr.Conn, h *wire.BulkHeader, data []byte) {
 	granted := h.RC == int32(CodeOK) && h.Flags&wire.BulkFlagNoDirect == 0
 	var t *BulkTransfer
-	d := directStateOf(conn)
+	a := in.peerOf(conn)
 	k := directKey{h.DstTag, h.Xfer}
-	d.mu.Lock()
-	if w := d.waiting[k]; w != nil {
+	a.mu.Lock()
+	if w := a.waiting[k]; w != nil {
 		t = w
-		delete(d.waiting, k)
+		delete(a.waiting, k)
+		a.add(chDirectWaits, -1)
 	}
-	d.mu.Unlock()
+	a.mu.Unlock()
 	c := in.Context(h.DstTag)
 	if t == nil || c == nil || t.c != c || t.conn != conn {
 		if granted {
@@ -348,7 +333,7 @@ func (in *Instance) directInfo(conn *msgr.Conn, h *wire.BulkHeader, data []byte)
 	switch {
 	case t.state != xActive:
 	case h.Flags&wire.BulkFlagNoDirect != 0:
-		d.off.Store(true)
+		a.directOff.Store(true)
 		out = c.fallbackLocked(t)
 	case h.RC == int32(CodeBusy):
 		out = c.fallbackLocked(t)
@@ -379,10 +364,10 @@ func (in *Instance) directInfo(conn *msgr.Conn, h *wire.BulkHeader, data []byte)
 	// goroutine can cost a thread wake-up); a larger one on its own
 	// goroutine, so the reader goes on with other messages.
 	if t.d.Len <= int64(c.in.opts.Bulk.Window) {
-		c.directCopy(t, d, h, segs)
+		c.directCopy(t, h, segs)
 		return
 	}
-	go c.directCopy(t, d, h, segs)
+	go c.directCopy(t, h, segs)
 }
 
 // parseDirect decodes the address pairs of a BulkDirectInfo for n bytes
@@ -415,7 +400,7 @@ func directDone(conn *msgr.Conn, h *wire.BulkHeader) {
 
 // directCopy moves t's bytes with system calls, then completes t (or
 // falls back to messages, or fails it). t.placing was raised for it.
-func (c *Context) directCopy(t *BulkTransfer, d *directConn, h *wire.BulkHeader, segs []directSeg) {
+func (c *Context) directCopy(t *BulkTransfer, h *wire.BulkHeader, segs []directSeg) {
 	pid, ok := t.conn.PeerProcess()
 	var err error
 	if !ok {
@@ -472,7 +457,7 @@ func (c *Context) directCopy(t *BulkTransfer, d *directConn, h *wire.BulkHeader,
 		// EPERM, EACCES (the kernel's ptrace policy), ENOSYS, EFAULT
 		// (the peer's addresses do not hold the range)...: this
 		// connection uses messages from now on.
-		d.off.Store(true)
+		t.acct.directOff.Store(true)
 		c.in.log.Debug("direct bulk path refused; using messages", "tag", c.tag, "err", err)
 		out = c.fallbackLocked(t)
 	}

@@ -240,6 +240,13 @@
 // yet pulled; beyond these, requests are answered ErrBusy. A pull
 // for a peer ends by the target's own timeout, whatever deadline the
 // peer sets, and a pull of a reply's output ends with its request.
+// Everything a peer makes an instance hold is charged to one account
+// per connection (its unanswered requests, pulled and waiting inputs,
+// unpulled outputs, rendezvous pulls, direct leases, transfers and
+// bytes in flight), and released in one place when the connection
+// fails or closes: its output handles are freed, its leases end, its
+// transfers fail with ErrUnreachable and its requests waiting for
+// overflow budget are answered at once.
 //
 // # Wire format
 //

@@ -22,17 +22,7 @@ func DirectCalls() int64 { return directHooks.calls.Load() }
 
 // DirectLeases returns the number of ranges this process's peers hold
 // for direct access, over all connections.
-func DirectLeases() int {
-	n := 0
-	directConns.Range(func(_, v any) bool {
-		d := v.(*directConn)
-		d.mu.Lock()
-		n += len(d.leases)
-		d.mu.Unlock()
-		return true
-	})
-	return n
-}
+func DirectLeases() int { return int(charged[chLeases].Load()) }
 
 // DirectMute makes holders ignore requests for direct access (a holder
 // that never answers), until the returned function runs.
@@ -43,14 +33,4 @@ func DirectMute() (undo func()) {
 
 // DirectWaiting returns the number of transfers this process's contexts
 // have waiting for a holder's addresses, over all connections.
-func DirectWaiting() int {
-	n := 0
-	directConns.Range(func(_, v any) bool {
-		d := v.(*directConn)
-		d.mu.Lock()
-		n += len(d.waiting)
-		d.mu.Unlock()
-		return true
-	})
-	return n
-}
+func DirectWaiting() int { return int(charged[chDirectWaits].Load()) }

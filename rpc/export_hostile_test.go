@@ -47,3 +47,15 @@ func (d dropGets) FastDispatch(m *msg.Message) { m.Done() }
 // DropGetRequests makes m drop the bulk GET requests it receives while
 // on is set (a holder that does not serve, or serves slowly).
 func DropGetRequests(m *msgr.Messenger, on *atomic.Bool) { m.AddDispatcherHead(dropGets{on}) }
+
+// PeerCharges returns what in's peers hold, by charge (the peer
+// account's names: "unanswered", "outputs", "pulls"...), released
+// accounts included, and how many accounts are live.
+func PeerCharges(in *Instance) (map[string]int64, int) {
+	sum, n := in.peerCharges()
+	m := make(map[string]int64, len(sum))
+	for k, v := range sum {
+		m[charge(k).String()] = v
+	}
+	return m, n
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ferrymsg/ferry/internal/bufpool"
 	"github.com/ferrymsg/ferry/msg"
-	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -42,8 +41,9 @@ type Incoming struct {
 
 	scratch [][]byte // data buffers of the reply being built
 
+	acct     *peer // the account of the peer that sent it (nil: not a messenger connection)
 	ovfBytes int64 // overflow budget held for a pulled input
-	held     int64 // bytes counted in the context's IncomingLimit
+	held     int64 // bytes counted in the context's IncomingLimit and the peer's account
 	ovfKey   uint64
 	ovfLen   int64
 	ovfUntil int64   // while waiting for overflow budget: the origin's deadline in in.now() time (0: none)
@@ -83,13 +83,15 @@ func (r *Incoming) release() {
 	r.endCtx()
 	r.putOverflow()
 	if r.ovfBytes > 0 {
-		r.c.overflowDone(r.ovfBytes)
+		r.c.overflowDone(r.acct, r.ovfBytes)
 		r.ovfBytes = 0
 	}
 	if r.held > 0 {
 		r.c.inHeld.Add(-r.held)
+		r.acct.add(chUnanswered, -r.held)
 		r.held = 0
 	}
+	r.acct = nil
 	if !r.taken && r.rel != nil && r.m != nil {
 		r.m.Release = r.rel
 		r.m.Done()
@@ -259,8 +261,8 @@ func (r *Incoming) reply(out Input) error {
 	if len(data) > 0 {
 		h.Flags |= wire.FlagHasData
 		if n := msg.Buffers(data).Len(); n > r.in.opts.Bulk.EagerLimit {
-			if conn, ok := r.conn.(*msgr.Conn); ok {
-				if !r.in.holdOutput(conn, int64(n)) {
+			if a := r.acct; a != nil {
+				if !a.take(chOutputs, int64(n), int64(r.in.opts.IncomingLimit)) {
 					*bp = front
 					putBuf(bp)
 					e := &Error{Code: CodeBusy, Opcode: r.Opcode(), Endpoint: r.Source(),
@@ -270,7 +272,7 @@ func (r *Incoming) reply(out Input) error {
 				}
 				// The origin pulls the output and then releases the
 				// handle (or its connection fails).
-				ovf = r.in.overflowBulk(data, conn, int64(n))
+				ovf = r.in.overflowBulk(data, a, int64(n))
 				h.Flags |= wire.FlagBulkOut
 				front = insertOverflow(front, ovf.key, uint64(n))
 				data = data[:0]

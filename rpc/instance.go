@@ -51,22 +51,13 @@ type Instance struct {
 	lane   *msgr.Messenger
 
 	bulks    bulkRegistry  // registered buffers by key
-	rts      sync.Map      // rtsKey → *BulkTransfer: rendezvous PUTs being pulled for peers
 	nextXfer atomic.Uint64 // the last transfer id given out (ids are unique in the instance)
-	// outHeld counts the bytes of overflowing outputs each connection's
-	// peer has not pulled or released (holdOutput).
-	outMu   sync.Mutex
-	outHeld map[*msgr.Conn]int64
-	// pulls counts the rendezvous PUTs being pulled per connection
-	// (maxPullsPerConn).
-	pullsMu sync.Mutex
-	pulls   map[*msgr.Conn]int
-	// putPlacing: *msgr.Conn → *Bulk whose PUT chunk that connection's
-	// reader is reading right now (at most one per connection).
-	putPlacing sync.Map
-	// getPlacing: *msgr.Conn → *BulkTransfer (a GET) whose data chunk
-	// that connection's reader is reading straight into its buffer.
-	getPlacing sync.Map
+	// peers holds the account of each connection's peer (*msgr.Conn →
+	// *peer): everything that peer makes this instance hold (peer.go).
+	peers sync.Map
+	// charged is what all peers hold, by charge, released accounts
+	// included (peer.add keeps it).
+	charged [nCharges]atomic.Int64
 
 	met       *rpcMetrics                        // see metrics.go
 	intercept func(r *Incoming, h Handler) error // Options.Interceptors chained; nil for none
@@ -261,6 +252,18 @@ func (in *Instance) Close() error {
 	if lane != nil {
 		lane.Shutdown()
 	}
+	// The messenger does not report the connections its shutdown closes:
+	// their peers' accounts end here. (On a messenger the instance only
+	// joined, the connections stay, and so do their accounts until they
+	// close.)
+	in.peers.Range(func(k, v any) bool {
+		select {
+		case <-k.(*msgr.Conn).Done():
+			v.(*peer).release()
+		default:
+		}
+		return true
+	})
 	return nil
 }
 
@@ -422,10 +425,7 @@ func (in *Instance) connFailed(conn *msgr.Conn) {
 	for _, c := range in.contexts() {
 		c.connFailed(conn)
 	}
-	in.bulks.dropConn(conn)
-	in.outMu.Lock()
-	delete(in.outHeld, conn) // its handles are gone
-	in.outMu.Unlock()
+	in.peerGone(conn) // what its peer held, and the transfers on it
 }
 
 // fault closes conn because its peer broke the RPC protocol (what says
@@ -512,6 +512,7 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 		r.failCode(code, text)
 		return
 	}
+	r.acct = in.peerFor(r.conn)
 	if !c.holdIncoming(r, int64(len(body)+r.data.Len())) {
 		c.nBusy.Add(1)
 		r.failCode(CodeBusy, "the target context holds its IncomingLimit of unanswered requests")
@@ -535,6 +536,7 @@ func (c *Context) holdIncoming(r *Incoming, n int64) bool {
 		}
 		if c.inHeld.CompareAndSwap(cur, cur+n) {
 			r.held = n
+			r.acct.add(chUnanswered, n)
 			return true
 		}
 	}

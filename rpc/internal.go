@@ -472,8 +472,9 @@ func selfTestBulk(r *Incoming, in *SelfTestInput) error {
 	// The buffer counts against the context's overflow budget, like an
 	// overflowing input's: the test waits for its turn, and peers cannot
 	// make the target allocate beyond the budget.
+	a := r.acct
 	c.admitOverflow(r, n, func() {
-		done := func() { c.overflowDone(n) }
+		done := func() { c.overflowDone(a, n) }
 		// The data is only measured, not kept: it lands in a pooled
 		// buffer that goes back once the GET is over.
 		buf, pooled := bufpool.Get(int(n))

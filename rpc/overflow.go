@@ -79,10 +79,18 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 		r.failCode(CodeShutdown, "context closed")
 		return
 	}
+	if r.acct != nil && r.acct.gone.Load() {
+		// Its connection has gone (and release has swept the queues, or
+		// will after this: it sets gone first).
+		c.bmu.Unlock()
+		r.failCode(CodeUnreachable, "the request's connection has gone")
+		return
+	}
 	if len(c.ovfWait) == 0 && c.ovfFits(n) {
 		c.ovfBytes += n
 		c.ovfSeq++
 		c.ovfLast = r.conn
+		r.acct.add(chOverflowIn, n)
 		c.bmu.Unlock()
 		start()
 		return
@@ -127,6 +135,7 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 		c.ovfConns[r.conn] = cs
 	}
 	cs.waiting++
+	r.acct.add(chOvfWaiting, 1)
 	c.ovfWait = append(c.ovfWait, w)
 	c.bmu.Unlock()
 	if evicted != nil {
@@ -139,16 +148,18 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 func (c *Context) ovfRemoveLocked(i int) ovfWaiter {
 	w := c.ovfWait[i]
 	c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
-	c.ovfLeftLocked(w.r.conn)
+	c.ovfLeftLocked(w.r)
 	return w
 }
 
-// ovfLeftLocked counts one of conn's waiters gone; a connection with none
-// left loses its turn. Called with bmu held.
-func (c *Context) ovfLeftLocked(conn any) {
-	if cs := c.ovfConns[conn]; cs != nil {
+// ovfLeftLocked counts one of r's connection's waiters gone (r stopped
+// waiting); a connection with none left loses its turn. Called with bmu
+// held.
+func (c *Context) ovfLeftLocked(r *Incoming) {
+	r.acct.add(chOvfWaiting, -1)
+	if cs := c.ovfConns[r.conn]; cs != nil {
 		if cs.waiting--; cs.waiting <= 0 {
-			delete(c.ovfConns, conn)
+			delete(c.ovfConns, r.conn)
 		}
 	}
 }
@@ -217,12 +228,13 @@ func (c *Context) startPull(r *Incoming) {
 	}
 }
 
-// overflowDone returns n bytes of overflow budget and admits the requests
-// that now fit.
-func (c *Context) overflowDone(n int64) {
+// overflowDone returns n bytes of overflow budget, which a's peer held,
+// and admits the requests that now fit.
+func (c *Context) overflowDone(a *peer, n int64) {
 	var admit []func()
 	c.bmu.Lock()
 	c.ovfBytes -= n
+	a.add(chOverflowIn, -n)
 	for len(c.ovfWait) > 0 && !c.ovfClosed {
 		i := c.ovfNextLocked()
 		if !c.ovfFits(c.ovfWait[i].n) {
@@ -235,6 +247,7 @@ func (c *Context) overflowDone(n int64) {
 		}
 		w := c.ovfRemoveLocked(i)
 		c.ovfBytes += w.n
+		w.r.acct.add(chOverflowIn, w.n)
 		admit = append(admit, w.start)
 	}
 	c.bmu.Unlock()
@@ -271,6 +284,9 @@ func (c *Context) failOverflowWaiters() {
 	c.bmu.Lock()
 	ws := c.ovfWait
 	c.ovfWait = nil
+	for _, w := range ws {
+		w.r.acct.add(chOvfWaiting, -1)
+	}
 	clear(c.ovfConns)
 	c.ovfLast = nil
 	c.ovfClosed = true
@@ -278,6 +294,36 @@ func (c *Context) failOverflowWaiters() {
 	for _, w := range ws {
 		w.r.failCode(CodeShutdown, "context closed")
 	}
+}
+
+// dropOverflowPeer answers the requests of a's peer that wait for
+// overflow budget, its connection having gone (peer.release), and admits
+// the requests that then fit.
+func (c *Context) dropOverflowPeer(a *peer) {
+	var gone []*Incoming
+	c.bmu.Lock()
+	kept := c.ovfWait[:0]
+	for _, w := range c.ovfWait {
+		if w.r.acct == a {
+			gone = append(gone, w.r)
+			c.ovfLeftLocked(w.r)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(c.ovfWait[len(kept):])
+	c.ovfWait = kept
+	if c.ovfLast == any(a.conn) {
+		c.ovfLast = nil
+	}
+	c.bmu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	for _, r := range gone {
+		r.failCode(CodeUnreachable, "the request's connection has gone")
+	}
+	c.overflowDone(nil, 0)
 }
 
 // ovfEarliest returns the earliest time a waiting request gives up (0:
@@ -305,7 +351,7 @@ func (c *Context) expireOverflowWaiters(now int64) {
 	for _, w := range c.ovfWait {
 		if w.until != 0 && w.until <= now {
 			expired = append(expired, w.r)
-			c.ovfLeftLocked(w.r.conn)
+			c.ovfLeftLocked(w.r)
 			continue
 		}
 		kept = append(kept, w)
@@ -320,7 +366,7 @@ func (c *Context) expireOverflowWaiters(now int64) {
 		r.failCode(CodeTimedOut, "the input waited for overflow budget until its deadline or twice this side's timeout")
 	}
 	// The head may have been what blocked the others.
-	c.overflowDone(0)
+	c.overflowDone(nil, 0)
 }
 
 // pullReply pulls an overflowing output, releases the target's handle

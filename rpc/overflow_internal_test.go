@@ -66,12 +66,12 @@ func TestOvfNewConnsDoNotOvertake(t *testing.T) {
 	c.admitOverflow(mkOn(&connKey{}), limit, noop)                // holds the budget
 	c.admitOverflow(mkOn(old), limit, noop)                       // waits
 	c.admitOverflow(mkOn(&connKey{}), limit, noop)                // keeps the queue busy
-	c.overflowDone(limit)                                         // old admitted: it has a turn now
+	c.overflowDone(nil, limit)                                    // old admitted: it has a turn now
 	c.admitOverflow(mkOn(old), limit, func() { admitted = true }) // old's second request
 	overtaken := 0
 	for range 100 {
 		c.admitOverflow(mkOn(&connKey{}), limit, noop) // a new connection
-		c.overflowDone(limit)
+		c.overflowDone(nil, limit)
 		if admitted {
 			break
 		}

@@ -117,6 +117,7 @@ type BulkTransfer struct {
 	id    uint64
 	d     BulkDesc
 	conn  *msgr.Conn
+	acct  *peer // conn's peer account: the transfer is listed there, its bytes in flight counted
 	proto BulkProtocol
 	chunk int64
 	cb    BulkCallback
@@ -183,9 +184,8 @@ func (t *BulkTransfer) Abort() bool {
 type bulkState struct {
 	bmu      sync.Mutex
 	xfers    map[uint64]*BulkTransfer
-	inflight int64                // bytes in flight over all transfers
-	perConn  map[*msgr.Conn]int64 // bytes in flight per connection
-	parked   []*BulkTransfer      // transfers waiting for the context's or a connection's window
+	inflight int64           // bytes in flight over all transfers (per connection: the peer accounts' win)
+	parked   []*BulkTransfer // transfers waiting for the context's or a connection's window
 	// finishing holds ended transfers whose chunk is still being read
 	// into their buffer.
 	finishing map[uint64]*BulkTransfer
@@ -350,7 +350,10 @@ func (c *Context) startTransfer(d BulkDesc, cb BulkCallback, onDone func(error))
 }
 
 func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone func(error)) (*BulkTransfer, error) {
-	t := &BulkTransfer{c: c, d: d, conn: conn, cb: cb, onDone: onDone, done: make(chan struct{}), hidx: -1}
+	if conn == nil {
+		return nil, &Error{Code: CodeUnreachable, Msg: "no connection for the bulk transfer"}
+	}
+	t := &BulkTransfer{c: c, d: d, conn: conn, acct: c.in.peerOf(conn), cb: cb, onDone: onDone, done: make(chan struct{}), hidx: -1}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
 	if int(t.proto) < len(c.nProto) {
 		c.nProto[t.proto].Add(1)
@@ -385,6 +388,8 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	var fin []*BulkTransfer
 	direct := false
 	switch {
+	case !t.acct.addXfer(t):
+		fin = c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})
 	case d.Len == 0:
 		fin = c.completeLocked(t, nil)
 	case c.directOK(t):
@@ -476,7 +481,7 @@ func (c *Context) issueLocked(t *BulkTransfer, out []*msg.Message) []*msg.Messag
 		if t.inflight > 0 && t.inflight+n > int64(o.Window) {
 			break // its own window: a landing chunk issues more
 		}
-		if (c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) || (c.perConn[t.conn] > 0 && c.perConn[t.conn]+n > int64(o.ConnLimit)) {
+		if (c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) || !t.acct.takeWindow(c, n, int64(o.ConnLimit)) {
 			if !t.parked {
 				t.parked = true
 				c.parked = append(c.parked, t)
@@ -488,7 +493,6 @@ func (c *Context) issueLocked(t *BulkTransfer, out []*msg.Message) []*msg.Messag
 		t.next += n
 		t.inflight += n
 		c.inflight += n
-		c.perConn[t.conn] += n
 	}
 	return out
 }
@@ -503,7 +507,7 @@ func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
 	n := min(t.chunk, t.d.Len-t.next)
 	if (t.inflight > 0 && t.inflight+n > int64(o.Window)) ||
 		(c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) ||
-		(c.perConn[t.conn] > 0 && c.perConn[t.conn]+n > int64(o.ConnLimit)) {
+		!t.acct.takeWindow(c, n, int64(o.ConnLimit)) {
 		return false
 	}
 	*out = append(*out, c.chunkMsg(t, t.next, n))
@@ -511,7 +515,6 @@ func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
 	t.next += n
 	t.inflight += n
 	c.inflight += n
-	c.perConn[t.conn] += n
 	return true
 }
 
@@ -576,13 +579,12 @@ func (c *Context) landedLocked(t *BulkTransfer, n int64, sends map[*BulkTransfer
 // releaseLocked returns n bytes of t's window to the shared windows.
 func (c *Context) releaseLocked(t *BulkTransfer, n int64) {
 	n = min(n, t.inflight)
+	if n <= 0 {
+		return
+	}
 	t.inflight -= n
 	c.inflight -= n
-	if v := c.perConn[t.conn] - n; v > 0 {
-		c.perConn[t.conn] = v
-	} else {
-		delete(c.perConn, t.conn)
-	}
+	t.acct.putWindow(c, n)
 }
 
 func (c *Context) failLocked(t *BulkTransfer, err error) []*BulkTransfer {
@@ -606,6 +608,7 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 		heap.Remove(&c.xdl, t.hidx)
 	}
 	c.releaseLocked(t, t.inflight)
+	t.acct.dropXfer(t)
 	if len(c.parked) > 0 {
 		c.pumpDue = true // the window it gave back, or its place in the queue
 		c.endDue.Store(true)
@@ -692,19 +695,6 @@ func (c *Context) runBulkCallback(t *BulkTransfer) {
 		}
 	}()
 	t.cb(BulkCompletion{Transfer: t, Desc: t.d, Err: t.err})
-}
-
-// bulkConnFailed fails the transfers that run on conn.
-func (c *Context) bulkConnFailed(conn *msgr.Conn) {
-	c.bmu.Lock()
-	var fin []*BulkTransfer
-	for _, t := range c.xfers {
-		if t.conn == conn {
-			fin = append(fin, c.failLocked(t, &Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})...)
-		}
-	}
-	c.bmu.Unlock()
-	c.finishXfers(fin)
 }
 
 // expireTransfers fails the transfers whose deadline is at or before
@@ -879,16 +869,16 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 			return nil
 		}
 		c.bmu.Lock()
-		if t.state != xActive {
+		// The reader dispatches this chunk (dataArrived), unplaces it,
+		// or drops it while the instance closes; each settles it through
+		// the account (takePlaced), which finds t even after its context
+		// has closed.
+		if t.state != xActive || !t.acct.placing(nil, t) {
 			c.bmu.Unlock()
 			return nil
 		}
 		t.placing++
 		c.bmu.Unlock()
-		// The reader dispatches this chunk (dataArrived), unplaces it,
-		// or drops it while the instance closes; each settles it through
-		// getPlacing, which finds t even after its context has closed.
-		in.getPlacing.Store(conn, t)
 		return bufs
 	}
 	b, code := in.putTarget(conn, &h, n)
@@ -897,7 +887,10 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 	}
 	// The reader dispatches this chunk (servePut) or unplaces it next;
 	// either ends the write.
-	in.putPlacing.Store(conn, b)
+	if !in.peerOf(conn).placing(b, nil) {
+		b.releaseWrite()
+		return nil
+	}
 	return b.slice(nil, int64(h.Off), int64(h.Len))
 }
 
@@ -929,11 +922,11 @@ func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
 // dispatched: a PUT chunk's write ends; a GET's transfer fails with err
 // (or finishes, if it had ended already).
 func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
-	if b, ok := in.putPlacing.LoadAndDelete(conn); ok {
-		b.(*Bulk).releaseWrite()
+	b, t := in.peerOf(conn).takePlaced()
+	if b != nil {
+		b.releaseWrite()
 	}
-	if v, ok := in.getPlacing.LoadAndDelete(conn); ok {
-		t := v.(*BulkTransfer)
+	if t != nil {
 		c := t.c
 		c.bmu.Lock()
 		fin := c.unplaceLocked(t)
@@ -985,8 +978,8 @@ func (in *Instance) handleBulk(m *msg.Message) {
 			b.Free()
 		}
 	case wire.BulkCancel:
-		if v, ok := in.rts.Load(rtsKey{conn, h.SrcTag, h.Xfer}); ok {
-			v.(*BulkTransfer).fail(&Error{Code: CodeCanceled, Msg: "the initiator aborted the PUT"})
+		if t := in.peerOf(conn).rtsOf(rtsKey{h.SrcTag, h.Xfer}); t != nil {
+			t.fail(&Error{Code: CodeCanceled, Msg: "the initiator aborted the PUT"})
 		}
 	default:
 		in.handleDirect(conn, &h, m)
@@ -1062,9 +1055,9 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 }
 
 func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
-	if b, ok := in.putPlacing.LoadAndDelete(conn); ok {
+	if b, _ := in.peerOf(conn).takePlaced(); b != nil {
 		// Read straight into the buffer by PlaceData: it has landed.
-		b.(*Bulk).releaseWrite()
+		b.releaseWrite()
 		in.bulkReply(conn, h, wire.BulkAck, CodeOK, nil, msg.PrioDefault)
 		return
 	}
@@ -1084,10 +1077,7 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 	// A chunk read straight into its transfer's buffer (PlaceData) is
 	// settled first, through the connection rather than the context's
 	// table, so that it finishes a transfer whose context has closed.
-	var pt *BulkTransfer
-	if v, ok := in.getPlacing.LoadAndDelete(conn); ok {
-		pt = v.(*BulkTransfer)
-	}
+	_, pt := in.peerOf(conn).takePlaced()
 	c := in.Context(h.DstTag)
 	if pt != nil && pt.c != c {
 		pc := pt.c
@@ -1207,14 +1197,16 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 	}
 	// Each pull is a transfer, a timer and a table entry: a peer gets a
 	// bounded number at once per connection, and CodeBusy beyond it.
-	if !in.takePull(conn) {
+	a := in.peerOf(conn)
+	if !a.take(chPulls, 1, maxPullsPerConn) {
 		ack(CodeBusy)
 		return
 	}
+	endPull := func() { a.add(chPulls, -1) }
 	// The pull writes into b for the peer: b.Free waits for it, and stops
-	// it (it fails the pull, found in in.rts).
+	// it (it fails the pull, found in the account's rts).
 	if !b.acquireWrite() {
-		in.endPull(conn)
+		endPull()
 		ack(CodeNotFound)
 		return
 	}
@@ -1223,28 +1215,30 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		RemoteOff: int64(h.Off2), Local: b, LocalOff: int64(h.Off), Len: int64(h.Len),
 	}
 	// Chunks of the pull are issued by the protocol rules of a GET.
-	key := rtsKey{conn, h.SrcTag, h.Xfer}
+	key := rtsKey{h.SrcTag, h.Xfer}
 	var started atomic.Pointer[BulkTransfer]
 	t, err := c.startOn(conn, d, nil, func(err error) {
 		if t := started.Load(); t != nil {
-			in.rts.CompareAndDelete(key, t)
+			a.dropRTS(key, t)
 		}
 		b.releaseWrite()
-		in.endPull(conn)
+		endPull()
 		ack(CodeOf(err))
 	})
 	if err != nil {
 		b.releaseWrite()
-		in.endPull(conn)
+		endPull()
 		ack(CodeOf(err))
 		return
 	}
 	started.Store(t)
-	in.rts.Store(key, t)
-	if t.Err() != nil || isDone(t) {
-		in.rts.CompareAndDelete(key, t)
-	} else if b.freed.Load() {
-		t.fail(errTargetFreed()) // Free ran before the pull was in in.rts
+	switch {
+	case !a.addRTS(key, t):
+		t.fail(&Error{Code: CodeUnreachable, Msg: "connection failed during a bulk transfer"})
+	case t.Err() != nil || isDone(t):
+		a.dropRTS(key, t)
+	case b.freed.Load():
+		t.fail(errTargetFreed()) // Free ran before the pull was listed
 	}
 }
 
@@ -1253,39 +1247,13 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 // more at once would not move bytes faster.
 const maxPullsPerConn = 256
 
-// takePull counts a pull for conn's peer if it has fewer than
-// maxPullsPerConn; endPull ends it.
-func (in *Instance) takePull(conn *msgr.Conn) bool {
-	in.pullsMu.Lock()
-	defer in.pullsMu.Unlock()
-	if in.pulls[conn] >= maxPullsPerConn {
-		return false
-	}
-	if in.pulls == nil {
-		in.pulls = map[*msgr.Conn]int{}
-	}
-	in.pulls[conn]++
-	return true
-}
-
-func (in *Instance) endPull(conn *msgr.Conn) {
-	in.pullsMu.Lock()
-	defer in.pullsMu.Unlock()
-	if n := in.pulls[conn] - 1; n > 0 {
-		in.pulls[conn] = n
-	} else {
-		delete(in.pulls, conn)
-	}
-}
-
 // errTargetFreed fails a rendezvous PUT whose target was freed.
 func errTargetFreed() error {
 	return &Error{Code: CodeNotFound, Msg: "the PUT's target was freed"}
 }
 
-// rtsKey names a rendezvous PUT being pulled for a peer.
+// rtsKey names a rendezvous PUT being pulled for a peer, in its account.
 type rtsKey struct {
-	conn *msgr.Conn
 	tag  uint16 // the initiator's context: transfer ids are per context
 	xfer uint64
 }
