@@ -66,95 +66,98 @@ func (l *eventLog) all() []rpc.MemberEvent {
 // without being transmitted (it is not dialled), until it is alive at a
 // higher incarnation; older verdicts are ignored; watchers hear it all.
 func TestDeadRankExcluded(t *testing.T) {
-	checkGoroutines(t)
-	n := newNet()
-	h := newHolder()
-	s0 := n.server(t, 0, 1, rpc.Options{}, testProto(h))
-	s1 := n.server(t, 1, 1, rpc.Options{}, testProto(h))
-	cli := n.client(t, rpc.Options{Credits: 1}, []*rpc.Instance{s0, s1}, testProto(nil))
-	g := cli.Group()
-	log := watch(t, g)
-	c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
-	errs := make(chan error, 8)
-	for range 3 {
-		if _, err := c.Send(rpc.Request{Endpoint: rpc.Endpoint{Rank: 1}, Opcode: op(opHold)}, func(cp rpc.Completion) { errs <- cp.Err }); err != nil {
+	inBubble(t, func(t *testing.T) {
+		checkGoroutines(t)
+		n := newNet()
+		h := newHolder()
+		s0 := n.server(t, 0, 1, rpc.Options{}, testProto(h))
+		s1 := n.server(t, 1, 1, rpc.Options{}, testProto(h))
+		cli := n.client(t, rpc.Options{Credits: 1}, []*rpc.Instance{s0, s1}, testProto(nil))
+		g := cli.Group()
+		log := watch(t, g)
+		c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+		errs := make(chan error, 8)
+		for range 3 {
+			if _, err := c.Send(rpc.Request{Endpoint: rpc.Endpoint{Rank: 1}, Opcode: op(opHold)}, func(cp rpc.Completion) { errs <- cp.Err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := recv(t, h.held, "request at rank 1")
+		defer held.Reply(nil)
+		if st := c.EndpointStats(1); st.InFlight != 1 || st.Waiting != 2 {
+			t.Fatalf("stats %+v", st)
+		}
+		v := g.Version()
+		if !g.SetState(1, rpc.MemberDead, 7) {
+			t.Fatal("SetState dead changed nothing")
+		}
+		for range 3 {
+			if err := recv(t, errs, "excluded completion"); !errors.Is(err, rpc.ErrExcluded) {
+				t.Fatalf("got %v, want ErrExcluded", err)
+			}
+		}
+		if g.Version() != v || !g.Has(1) || !g.Excluded(1) {
+			t.Fatalf("version %d (was %d), member %v, excluded %v", g.Version(), v, g.Has(1), g.Excluded(1))
+		}
+		tx := c.Stats().Transmitted
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for range 5 {
+			start := time.Now()
+			err := c.Call(ctx, rpc.Endpoint{Rank: 1}, op(opEcho), &pair{}, nil)
+			var e *rpc.Error
+			if !errors.As(err, &e) || e.Code != rpc.CodeExcluded || e.Endpoint.Rank != 1 || e.Opcode != op(opEcho) {
+				t.Fatalf("call to a dead rank: %v", err)
+			}
+			// Virtual time: "at once" means no timer at all.
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("call to a dead rank took %v", d)
+			}
+		}
+		// Another tag of the dead rank: no URI lookup either.
+		if err := c.Call(ctx, rpc.Endpoint{Rank: 1, Tag: 3}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrExcluded) {
+			t.Fatalf("other tag: %v", err)
+		}
+		if st := c.Stats(); st.Transmitted != tx || st.URILookups != 0 {
+			t.Fatalf("requests to a dead rank went out: %+v (transmitted %d before)", st, tx)
+		}
+		// Rank 0 is unaffected.
+		if err := c.Call(ctx, rpc.Endpoint{Rank: 0}, op(opEcho), &pair{}, new(pair)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	held := recv(t, h.held, "request at rank 1")
-	defer held.Reply(nil)
-	if st := c.EndpointStats(1); st.InFlight != 1 || st.Waiting != 2 {
-		t.Fatalf("stats %+v", st)
-	}
-	v := g.Version()
-	if !g.SetState(1, rpc.MemberDead, 7) {
-		t.Fatal("SetState dead changed nothing")
-	}
-	for range 3 {
-		if err := recv(t, errs, "excluded completion"); !errors.Is(err, rpc.ErrExcluded) {
-			t.Fatalf("got %v, want ErrExcluded", err)
+		// A verdict at an older incarnation, or at the one it died at, does
+		// not revive it.
+		if g.SetState(1, rpc.MemberAlive, 6) || !g.Excluded(1) {
+			t.Fatal("an older verdict revived the rank")
 		}
-	}
-	if g.Version() != v || !g.Has(1) || !g.Excluded(1) {
-		t.Fatalf("version %d (was %d), member %v, excluded %v", g.Version(), v, g.Has(1), g.Excluded(1))
-	}
-	tx := c.Stats().Transmitted
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for range 5 {
-		start := time.Now()
-		err := c.Call(ctx, rpc.Endpoint{Rank: 1}, op(opEcho), &pair{}, nil)
-		var e *rpc.Error
-		if !errors.As(err, &e) || e.Code != rpc.CodeExcluded || e.Endpoint.Rank != 1 || e.Opcode != op(opEcho) {
-			t.Fatalf("call to a dead rank: %v", err)
+		if g.SetState(1, rpc.MemberAlive, 7) || g.SetState(1, rpc.MemberSuspect, 7) || !g.Excluded(1) {
+			t.Fatal("a verdict at the incarnation it died at revived the rank")
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("call to a dead rank took %v", d)
+		if st, inc, ok := g.State(1); st != rpc.MemberDead || inc != 7 || !ok {
+			t.Fatalf("State(1) = %v %d %v", st, inc, ok)
 		}
-	}
-	// Another tag of the dead rank: no URI lookup either.
-	if err := c.Call(ctx, rpc.Endpoint{Rank: 1, Tag: 3}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrExcluded) {
-		t.Fatalf("other tag: %v", err)
-	}
-	if st := c.Stats(); st.Transmitted != tx || st.URILookups != 0 {
-		t.Fatalf("requests to a dead rank went out: %+v (transmitted %d before)", st, tx)
-	}
-	// Rank 0 is unaffected.
-	if err := c.Call(ctx, rpc.Endpoint{Rank: 0}, op(opEcho), &pair{}, new(pair)); err != nil {
-		t.Fatal(err)
-	}
-	// A verdict at an older incarnation, or at the one it died at, does
-	// not revive it.
-	if g.SetState(1, rpc.MemberAlive, 6) || !g.Excluded(1) {
-		t.Fatal("an older verdict revived the rank")
-	}
-	if g.SetState(1, rpc.MemberAlive, 7) || g.SetState(1, rpc.MemberSuspect, 7) || !g.Excluded(1) {
-		t.Fatal("a verdict at the incarnation it died at revived the rank")
-	}
-	if st, inc, ok := g.State(1); st != rpc.MemberDead || inc != 7 || !ok {
-		t.Fatalf("State(1) = %v %d %v", st, inc, ok)
-	}
-	// Alive again (restarted higher): dialled again.
-	if !g.SetState(1, rpc.MemberAlive, 8) {
-		t.Fatal("SetState alive changed nothing")
-	}
-	var out pair
-	if err := c.Call(ctx, rpc.Endpoint{Rank: 1}, op(opEcho), &pair{1, 1}, &out); err != nil || out != (pair{2, 2}) {
-		t.Fatalf("rank 1 alive again: %v %v", out, err)
-	}
-	log.wait(t, 5*time.Second, "alive event", func(e rpc.MemberEvent) bool { return e.Kind == rpc.EventAlive && e.Rank == 1 && e.Incarnation == 8 })
-	var kinds []rpc.EventKind
-	for _, e := range log.all() {
-		if e.Rank == 1 {
-			kinds = append(kinds, e.Kind)
+		// Alive again (restarted higher): dialled again.
+		if !g.SetState(1, rpc.MemberAlive, 8) {
+			t.Fatal("SetState alive changed nothing")
 		}
-	}
-	if !slices.Equal(kinds, []rpc.EventKind{rpc.EventDead, rpc.EventAlive}) {
-		t.Fatalf("events for rank 1: %v", log.all())
-	}
-	if live := g.Live(); !slices.Equal(live, []uint32{0, 1}) {
-		t.Fatalf("live %v", live)
-	}
+		var out pair
+		if err := c.Call(ctx, rpc.Endpoint{Rank: 1}, op(opEcho), &pair{1, 1}, &out); err != nil || out != (pair{2, 2}) {
+			t.Fatalf("rank 1 alive again: %v %v", out, err)
+		}
+		log.wait(t, 5*time.Second, "alive event", func(e rpc.MemberEvent) bool { return e.Kind == rpc.EventAlive && e.Rank == 1 && e.Incarnation == 8 })
+		var kinds []rpc.EventKind
+		for _, e := range log.all() {
+			if e.Rank == 1 {
+				kinds = append(kinds, e.Kind)
+			}
+		}
+		if !slices.Equal(kinds, []rpc.EventKind{rpc.EventDead, rpc.EventAlive}) {
+			t.Fatalf("events for rank 1: %v", log.all())
+		}
+		if live := g.Live(); !slices.Equal(live, []uint32{0, 1}) {
+			t.Fatalf("live %v", live)
+		}
+	})
 }
 
 // RPCs registered with CheckGroupVersion are refused with
