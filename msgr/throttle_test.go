@@ -255,6 +255,61 @@ func TestThrottleCancel(t *testing.T) {
 	})
 }
 
+// TestThrottleLargeNotStarved: a request for the whole budget, queued
+// while small callers keep taking and returning units, is served as soon
+// as the units held before it come back; the small callers, arriving
+// after it, wait behind it even while there is room for them (Ceph's
+// Throttle: no starvation of large requests).
+func TestThrottleLargeNotStarved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := throttleTestCtx(t)
+		th := NewThrottle("large", 10)
+		for range 3 {
+			if err := th.Get(ctx, 3); err != nil { // held: 9
+				t.Fatal(err)
+			}
+		}
+		big := throttleTestGet(t, th, ctx, 10)
+		const smalls, rounds = 5, 100
+		done := make(chan error, smalls)
+		for range smalls {
+			go func() {
+				for range rounds {
+					if err := th.Get(ctx, 1); err != nil {
+						done <- err
+						return
+					}
+					th.Put(1)
+				}
+				done <- nil
+			}()
+		}
+		synctest.Wait()
+		if th.Waiters() != 1+smalls || th.Current() != 9 {
+			t.Fatalf("waiters %d, current %d: want the small callers queued behind the large one, with 1 unit free", th.Waiters(), th.Current())
+		}
+		th.Put(3)
+		th.Put(3)
+		throttleTestPending(t, big)
+		th.Put(3) // nothing held: the large request goes first
+		if err := throttleTestResult(t, big); err != nil {
+			t.Fatal(err)
+		}
+		if th.Current() != 10 || th.Waiters() != smalls {
+			t.Fatalf("after the large grant: current %d, waiters %d", th.Current(), th.Waiters())
+		}
+		th.Put(10)
+		for range smalls {
+			if err := throttleTestResult(t, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if th.Current() != 0 || th.Waiters() != 0 {
+			t.Fatalf("end: current %d, waiters %d", th.Current(), th.Waiters())
+		}
+	})
+}
+
 func TestThrottleOversize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := throttleTestCtx(t)
