@@ -291,6 +291,59 @@ func TestDispatchQueueDequeueWaits(t *testing.T) {
 	})
 }
 
+// TestDispatchQueueWaitersInOrder: blocked Dequeue calls are handed
+// items in the order they started waiting, and blocked Enqueue calls
+// are admitted in the order they started waiting, whatever their
+// priorities (the bound is on items, not on priorities).
+func TestDispatchQueueWaitersInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bg := dqTestCtx(t)
+		type res struct{ who, v int }
+		q := NewDispatchQueue[int](1)
+		got := make(chan res, 4)
+		for i := range 4 {
+			go func() {
+				v, err := q.Dequeue(bg)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- res{i, v}
+			}()
+			dqTestWait(t, "consumer to block", func() bool { return q.dqConsumersWaiting() == i+1 })
+		}
+		for v := range 4 {
+			if err := q.Enqueue(bg, uint64(v), uint16(v*60), 1, 100+v); err != nil {
+				t.Fatal(err)
+			}
+			if r := dqTestRecv(t, got); r.who != v || r.v != 100+v {
+				t.Fatalf("item %d went to consumer %d as %d, want consumer %d", 100+v, r.who, r.v, v)
+			}
+		}
+
+		// Full (one item): producers at rising priorities queue in order
+		// and are admitted one per Dequeue, oldest first.
+		if err := q.Enqueue(bg, 9, 0, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 4)
+		for i := range 4 {
+			go func() { errs <- q.Enqueue(bg, uint64(i), uint16(64+i*50), 1, i+1) }()
+			dqTestWait(t, "producer to block", func() bool { return q.dqProducersWaiting() == i+1 })
+		}
+		for want := range 5 {
+			v, err := q.Dequeue(bg)
+			if err != nil || v != want {
+				t.Fatalf("Dequeue %d = %d, %v: a later producer was admitted first", want, v, err)
+			}
+			if want < 4 {
+				if err := dqTestRecv(t, errs); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
 func TestDispatchQueueClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bg := dqTestCtx(t)
