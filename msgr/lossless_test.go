@@ -416,3 +416,47 @@ func TestFault(t *testing.T) {
 	_ = conn2.Send(msg.New(testType))
 	recv(t, col.ch)
 }
+
+// TestLosslessReconnectKeepsWriting: with injected socket failures on
+// both sides and internal delays at the session's race points, a
+// lossless client keeps 16 messages in flight and every reply comes back
+// without any socket having to time out. Keepalives are off: a socket
+// left without a writer (a poke that came while a taken-over socket was
+// still connecting once started a writer that gave up without saying
+// so) would stall the session for good, and the test's bound fails it.
+func TestLosslessReconnectKeepsWriting(t *testing.T) {
+	inj := msgr.Inject{SocketFailures: 60, InternalDelays: time.Millisecond,
+		DelayTypes: []msg.EntityType{msg.EntityClient, msg.EntityOSD}, DelayProbability: 0.05, DelayMax: 2 * time.Millisecond}
+	srv, cli, conn, atSrv, atCli := losslessPair(t, transport.Default, "tcp://127.0.0.1:0",
+		msgr.Config{Inject: inj, KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour},
+		msgr.Config{Inject: inj, KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour})
+	_ = srv
+	_ = cli
+	const n, window = 1500, 16
+	sent := uint64(0)
+	for ; sent < window; sent++ {
+		if err := conn.Send(counterMsg(sent, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for atCli.got.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d replies after 30 s (%d reconnects): the session stalled", atCli.got.Load(), n, conn.Reconnects())
+		}
+		for sent < n && sent-uint64(atCli.got.Load()) < window {
+			if err := conn.Send(counterMsg(sent, 64)); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for sender := range atSrv.next {
+		atSrv.check(t, sender, n)
+	}
+	atCli.check(t, "server", n)
+	if conn.Reconnects() == 0 {
+		t.Fatal("no socket failed: the test exercised nothing")
+	}
+}

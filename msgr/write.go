@@ -66,6 +66,18 @@ const inlineRounds = 4
 func (c *Conn) writeLoop(r *socketRun) {
 	w := &c.ws
 	inj := c.m.cfg.Inject.SocketFailures
+	// Every way out but writerIdle's gives the writer's flag up, so that
+	// the next poke starts another: one returning because the socket is
+	// not open yet (a session taking over a new socket) would otherwise
+	// leave the flag set and that socket without a writer.
+	mine := true
+	defer func() {
+		if mine {
+			r.wmu.Lock()
+			r.writerOn = false
+			r.wmu.Unlock()
+		}
+	}()
 	for {
 		select {
 		case <-c.wake: // this goroutine is the answer to that poke
@@ -132,6 +144,7 @@ func (c *Conn) writeLoop(r *socketRun) {
 			}
 		}
 		if !r.writerIdle(c) {
+			mine = false // given up, or another writer has it
 			return
 		}
 	}
