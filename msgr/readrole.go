@@ -293,7 +293,9 @@ func (rr *readRole) releaseLocked() {
 //
 // Whoever makes done ready from another goroutine must then call Nudge,
 // so that a goroutine reading in Await looks up. Await reports whether
-// it received from done; otherwise it returns ctx.Err(). On a socket it
+// it received from done; otherwise it returns ctx.Err(), or an error
+// matching ErrClosed once the connection has closed for good (a lossless
+// session's reconnects do not end it). On a socket it
 // cannot read itself (msgr1, a transport without deadlines, a connection
 // not open) it only waits.
 func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
@@ -303,7 +305,7 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 		// time. Moving the role between waiters would cost more wake-ups
 		// than it saves.
 		defer c.awaiters.Add(-1)
-		return waitDone(ctx, done)
+		return c.waitDone(ctx, done)
 	}
 	defer c.awaiters.Add(-1)
 	c.mu.Lock()
@@ -311,21 +313,21 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 	ok := c.state == stateOpen && r != nil && r.e != nil && r.raw != nil
 	c.mu.Unlock()
 	if !ok {
-		return waitDone(ctx, done)
+		return c.waitDone(ctx, done)
 	}
 	rr := &r.role
 	rr.mu.Lock()
 	switch {
 	case rr.dead || rr.err != nil || rr.fr == nil:
 		rr.mu.Unlock()
-		return waitDone(ctx, done)
+		return c.waitDone(ctx, done)
 	case rr.holder == roleFree:
 		rr.holder = roleCaller
 		rr.mu.Unlock()
 	case rr.succ:
 		// Someone else is next: what we wait for is delivered to us.
 		rr.mu.Unlock()
-		return waitDone(ctx, done)
+		return c.waitDone(ctx, done)
 	default:
 		rr.succ = true
 		if rr.holder == roleBG {
@@ -339,13 +341,16 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 		case <-ctx.Done():
 			rr.cancelSucc(c, r)
 			return false, ctx.Err()
+		case <-c.done:
+			rr.cancelSucc(c, r)
+			return c.waitDone(ctx, done)
 		case <-rr.grant:
 		}
 		rr.mu.Lock()
 		if rr.dead || rr.err != nil {
 			rr.releaseLocked()
 			rr.mu.Unlock()
-			return waitDone(ctx, done)
+			return c.waitDone(ctx, done)
 		}
 		rr.mu.Unlock()
 	}
@@ -392,7 +397,7 @@ func (c *Conn) readAwaiting(ctx context.Context, r *socketRun, done <-chan struc
 			rr.releaseLocked()
 			rr.mu.Unlock()
 			r.fail(err)
-			return waitDone(ctx, done)
+			return c.waitDone(ctx, done)
 		}
 	}
 }
@@ -431,12 +436,26 @@ func (c *Conn) Nudge() {
 	}
 }
 
-// waitDone waits for done or ctx without reading.
-func waitDone(ctx context.Context, done <-chan struct{}) (bool, error) {
+// waitDone waits for done, ctx or the connection's end without reading.
+func (c *Conn) waitDone(ctx context.Context, done <-chan struct{}) (bool, error) {
 	select {
 	case <-done:
 		return true, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
+	case <-c.done:
+		select {
+		case <-done:
+			return true, nil
+		default:
+		}
+		return false, c.closedErr()
 	}
+}
+
+// closedErr is the error Send returns on the closed connection.
+func (c *Conn) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &closedError{c.err}
 }

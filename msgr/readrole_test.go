@@ -318,3 +318,28 @@ func TestIdleReaderParks(t *testing.T) {
 		awaitReply(t, conn, a, tid)
 	}
 }
+
+// TestAwaitConnectionCloses: Await returns an error matching ErrClosed
+// when its connection closes for good, whether it was reading or not.
+func TestAwaitConnectionCloses(t *testing.T) {
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
+	c, a := newAwaitClient(t, msgr.Config{})
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitReply(t, conn, a, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let Await block in its read
+		conn.MarkDown()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := conn.Await(ctx, make(chan struct{}))
+	if got || !errors.Is(err, msgr.ErrClosed) {
+		t.Fatalf("Await = %v, %v; want false, ErrClosed", got, err)
+	}
+	if got, err := conn.Await(ctx, make(chan struct{})); got || !errors.Is(err, msgr.ErrClosed) {
+		t.Fatalf("Await on a closed connection = %v, %v; want false, ErrClosed", got, err)
+	}
+}
