@@ -56,7 +56,16 @@ type Context struct {
 	wq2     []work // the batch being run
 	wclosed bool
 	wsig    chan struct{} // capacity 1: work was queued
-	progMu  sync.Mutex    // one Progress at a time
+
+	// progConn is the connection the last request went out on: a
+	// goroutine in ProgressUntil (or Progress waiting without a
+	// timeout) reads it in msgr's Conn.Await while it waits for work, so
+	// that the replies it waits for wake it, not a reader goroutine that
+	// would have to hand them over. awaitingWork says one does; pushWork
+	// then nudges the connection.
+	progConn     atomic.Pointer[msgr.Conn]
+	awaitingWork atomic.Bool
+	progMu       sync.Mutex // one Progress at a time
 
 	kick chan struct{} // capacity 1: the timer must look at armed again
 	done chan struct{} // closed by Close
@@ -352,8 +361,18 @@ func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 			r.awaiting.Store(true)
 			var got bool
 			got, err = conn.Await(ctx, r.done)
-			if got {
+			switch {
+			case got:
 				err = nil
+			case ctx.Err() == nil:
+				// The connection closed: the request completes through
+				// connFailed (or its timeout) as any other.
+				select {
+				case <-r.done:
+					err = nil
+				case <-ctx.Done():
+					err = ctx.Err()
+				}
 			}
 		} else {
 			select {
@@ -433,6 +452,9 @@ func (c *Context) transmit(r *request) {
 			return
 		}
 		r.conn.Store(conn)
+		if c.progConn.Load() != conn {
+			c.progConn.Store(conn)
+		}
 		// The connection holds a reference until it releases the message.
 		r.refs.Add(1)
 		r.m.Release = r.relFn
@@ -703,6 +725,11 @@ func (c *Context) pushWork(w work) bool {
 	case c.wsig <- struct{}{}:
 	default:
 	}
+	if c.awaitingWork.Load() {
+		if conn := c.progConn.Load(); conn != nil {
+			conn.Nudge()
+		}
+	}
 	if !c.opts.Auto && !c.progressed.Load() && c.noProgressArmed.CompareAndSwap(false, true) {
 		c.warnIfNoProgress()
 	}
@@ -854,13 +881,41 @@ func (c *Context) ProgressUntil(ctx context.Context, cond func() bool) error {
 		if c.opts.Spin > 0 && !spinWait(c.wsig, c.opts.Spin) {
 			continue
 		}
-		select {
-		case <-c.wsig:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.done:
+		if err := c.awaitWork(ctx); err != nil {
+			return err
 		}
 	}
+}
+
+// awaitWork waits until work is queued, ctx ends or the context closes,
+// reading the connection of the last request meanwhile when nobody else
+// is (msgr's Conn.Await): in progress mode, as Mercury's progress polls
+// the network in the calling thread, the replies this goroutine waits
+// for are read by it.
+func (c *Context) awaitWork(ctx context.Context) error {
+	if conn := c.progConn.Load(); conn != nil {
+		c.awaitingWork.Store(true)
+		_, err := conn.Await(ctx, c.wsig)
+		c.awaitingWork.Store(false)
+		if errors.Is(err, msgr.ErrClosed) {
+			c.progConn.CompareAndSwap(conn, nil) // wait without it next time
+			return nil
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return nil
+	}
+	select {
+	case <-c.wsig:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+	}
+	return nil
 }
 
 func (c *Context) closedErr() error {
@@ -921,6 +976,14 @@ func (c *Context) Close() error {
 	c.failOverflowWaiters()
 	c.in.removeContext(c)
 	close(c.done)
+	// A goroutine reading a connection in awaitWork looks up.
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+	if conn := c.progConn.Load(); conn != nil {
+		conn.Nudge()
+	}
 	c.wg.Wait()
 	// Whatever is left runs here; nothing can be queued after this.
 	c.progMu.Lock()
