@@ -328,6 +328,10 @@ type pingClient struct {
 	events []connEvent
 	evCh   chan struct{} // capacity 1: events were added
 
+	// sig (capacity 1) is signalled with every reply and event, for the
+	// engine waiting in Conn.Await (which reads the replies itself).
+	sig chan struct{}
+
 	backoff, maxBackoff time.Duration // between redial attempts
 
 	nextTid uint64 // last tid used; tids are unique across runs
@@ -366,6 +370,7 @@ func dialPingWith(ctx context.Context, addr string, log *slog.Logger, o *msgrOpt
 		replies:    make(chan *msg.Message, replyQueueLen),
 		done:       make(chan struct{}),
 		evCh:       make(chan struct{}, 1),
+		sig:        make(chan struct{}, 1),
 		backoff:    cmp.Or(o.InitialBackoff, 200*time.Millisecond),
 		maxBackoff: cmp.Or(o.MaxBackoff, 15*time.Second),
 	}
@@ -448,8 +453,30 @@ func (p *pingClient) Dispatch(m *msg.Message) bool {
 	case p.replies <- m:
 	case <-p.done:
 	}
+	p.signal(m)
 	return true
 }
+
+// signal wakes the engine waiting in Await for a reply or an event.
+func (p *pingClient) signal(m *msg.Message) {
+	select {
+	case p.sig <- struct{}{}:
+	default:
+	}
+	if c, ok := m.Conn.(*msgr.Conn); ok {
+		c.Nudge()
+	}
+}
+
+// CanFastDispatch takes MPing replies on the goroutine that reads them
+// (the engine itself, in Await) while the reply queue has room, so that
+// no other goroutine hands them over.
+func (p *pingClient) CanFastDispatch(m *msg.Message) bool {
+	return m.Header.Type == ceph.MsgPing && len(p.replies) < cap(p.replies)/2
+}
+
+// FastDispatch queues an MPing reply for the engine.
+func (p *pingClient) FastDispatch(m *msg.Message) { p.Dispatch(m) }
 
 // HandleReset hears that a lossy connection failed (msgr.ResetHandler).
 func (p *pingClient) HandleReset(c *msgr.Conn) { p.addEvent(connEvent{c: c}) }
@@ -465,6 +492,13 @@ func (p *pingClient) addEvent(ev connEvent) {
 	select {
 	case p.evCh <- struct{}{}:
 	default:
+	}
+	select {
+	case p.sig <- struct{}{}:
+	default:
+	}
+	if ev.c != nil {
+		ev.c.Nudge()
 	}
 }
 
@@ -743,6 +777,17 @@ loop:
 				}
 				nextSend = nextSend.Add(o.Interval)
 			}
+		}
+		select {
+		case <-p.sig: // stale: what it announced was taken
+		default:
+		}
+		if !paced && len(p.replies) == 0 && len(p.evCh) == 0 {
+			// Read the replies in this goroutine (msgr's reader role):
+			// the network wakes the engine rather than a reader that
+			// would have to wake it. It returns on a reply, an event,
+			// the connection's end or ctx's; the select below takes it.
+			_, _ = conn.Await(ctx, p.sig)
 		}
 		var paceC <-chan time.Time
 		if paced {
