@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -81,6 +82,16 @@ const (
 	roleFree                // nobody: the reader goroutine is being given it back
 )
 
+// isTimeout reports whether err is a read deadline's: os.ErrDeadlineExceeded
+// from net and shm sockets, a net.Error timeout from other transports.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // aLongTimeAgo is a read deadline in the past: a blocked read returns.
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -123,7 +134,7 @@ func (rr *readRole) waitFrame(r *socketRun, fr *frameReader) (yield bool, err er
 		// No one kicks once waiting is false: reset the deadline before
 		// the frame is read.
 		_ = r.nc.SetReadDeadline(time.Time{})
-		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		if err != nil && isTimeout(err) {
 			rr.mu.Lock()
 			park := rr.park && rr.holder == roleBG && !rr.succ
 			rr.park = false
@@ -173,7 +184,7 @@ func (rr *readRole) waitParked(r *socketRun, fr *frameReader) (yield bool, err e
 	}
 	fr.br = getReadBuf(r.nc)
 	if err != nil {
-		if kicked && errors.Is(err, os.ErrDeadlineExceeded) {
+		if kicked && isTimeout(err) {
 			return true, nil
 		}
 		return false, err
@@ -295,9 +306,11 @@ func (rr *readRole) releaseLocked() {
 // so that a goroutine reading in Await looks up. Await reports whether
 // it received from done; otherwise it returns ctx.Err(), or an error
 // matching ErrClosed once the connection has closed for good (a lossless
-// session's reconnects do not end it). On a socket it
-// cannot read itself (msgr1, a transport without deadlines, a connection
-// not open) it only waits.
+// session's reconnects do not end it). It reads on tcp and unix sockets;
+// elsewhere (shm and inproc, whose writes go through the writer goroutine
+// anyway, msgr1, a connection not open) it only waits: reading in the
+// caller over shm measured no faster (64 B RPC 13.4-13.5 us waiting,
+// 14.4-15.6 us reading).
 func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 	if c.awaiters.Add(1) > 1 {
 		// Others wait on this connection too: many requests are in

@@ -59,8 +59,9 @@ const (
 const inlineRounds = 4
 
 // writeLoop is the connection's writer goroutine, started by poke when
-// there is something for it (startWriter) and gone once it has drained
-// it, so that an idle connection costs no goroutine for writing: it
+// there is something for it (startWriter) and, on a socket, gone once it
+// has drained it, so that an idle connection costs no goroutine for
+// writing: it
 // writes onto r with one write or writev per batch, unless another party
 // owns the write side, which then writes it.
 func (c *Conn) writeLoop(r *socketRun) {
@@ -142,6 +143,19 @@ func (c *Conn) writeLoop(r *socketRun) {
 				r.fail(err)
 				return
 			}
+		}
+		if r.raw == nil {
+			// Not a socket (shm, inproc): no inline writes, so every
+			// message goes through this goroutine; it stays for the
+			// next rather than being started anew for each.
+			select {
+			case <-c.wake:
+			case <-r.stop:
+				return
+			case <-c.ctx.Done():
+				return
+			}
+			continue
 		}
 		if !r.writerIdle(c) {
 			mine = false // given up, or another writer has it
