@@ -118,6 +118,7 @@ func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
 	c.readyPool.New = func() any { return new(track.Ready[*request]) }
 	c.xfers = map[uint64]*BulkTransfer{}
 	c.finishing = map[uint64]*BulkTransfer{}
+	c.initOverflow(in.opts.Bulk.OverflowLimit)
 	to := o.Timeout
 	if to == 0 {
 		to = in.opts.Timeout

@@ -46,7 +46,6 @@ type Incoming struct {
 	held     int64 // bytes counted in the context's IncomingLimit and the peer's account
 	ovfKey   uint64
 	ovfLen   int64
-	ovfUntil int64   // while waiting for overflow budget: the origin's deadline in in.now() time (0: none)
 	ovfBuf   *[]byte // the pulled input's pooled buffer (bufpool), until given back
 
 	ctxp atomic.Pointer[incomingCtx] // made by Ctx, cancelled by release

@@ -2,12 +2,12 @@ package rpc
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/ferrymsg/ferry/internal/bufpool"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/admit"
 	"github.com/ferrymsg/ferry/rpc/internal/track"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
@@ -28,29 +28,25 @@ const (
 )
 
 // overflowState is a context's budget for the inputs it pulls for
-// requests (overflowing inputs, and the self-test's bulk sends). Guarded
-// by the context's bmu.
+// requests (overflowing inputs, and the self-test's bulk sends): the
+// admission queue, a pure machine (rpc/internal/admit) whose peers are
+// the requests' connections (Incoming.conn). Guarded by the context's
+// bmu; the code around it charges each request's peer account
+// (chOverflowIn, chOvfWaiting) and acts on what it admits, refuses and
+// drops outside the lock.
 type overflowState struct {
-	ovfBytes  int64                 // bytes of pulled inputs held
-	ovfWait   []ovfWaiter           // requests waiting for budget, in arrival order
-	ovfConns  map[any]*ovfConnState // the connections (Incoming.conn) that have requests waiting
-	ovfSeq    uint64                // admissions so far
-	ovfLast   any                   // the connection admitted last
-	ovfClosed bool                  // the context is closing: admit nothing more
+	ovf *admit.Queue[any, ovfWaiter]
 }
 
-// ovfConnState is a connection's place in the turns for overflow budget.
-type ovfConnState struct {
-	waiting int    // its requests waiting
-	turn    uint64 // ovfSeq when it last had a request admitted, or when it began to wait
-}
-
-// ovfWaiter is a request waiting for n bytes of overflow budget.
+// ovfWaiter is a request for n bytes of overflow budget.
 type ovfWaiter struct {
 	r     *Incoming
 	n     int64
-	until int64  // when it gives up waiting, in in.now() time
 	start func() // runs once the budget is taken
+}
+
+func (s *overflowState) initOverflow(limit int) {
+	s.ovf = admit.New[any, ovfWaiter](int64(limit), maxOverflowWaiting, maxOverflowWaitingPerConn)
 }
 
 // pullInput admits r (whose input overflowed) within the context's
@@ -67,18 +63,19 @@ func (c *Context) pullInput(r *Incoming) {
 }
 
 // admitOverflow runs start once n bytes of the overflow budget are taken
-// for r: now if they fit and nobody waits, or later, in arrival order (a
-// request that would fit does not overtake one already waiting, or a
-// large input could wait for ever behind a stream of small ones). The
-// waiting request is small (its input is not pulled yet); it is answered
-// at its origin's deadline if it is still waiting then.
+// for r: now if they fit and nobody waits, or later, connections taking
+// turns (admit's rules). The waiting request is small (its input is not
+// pulled yet); it is answered at its origin's deadline, and at most
+// twice this side's timeout (a pull that holds the budget lasts at most
+// one), so that requests without a deadline cannot hold the queue for
+// ever; and at once if its connection goes.
 func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
-	c.bmu.Lock()
-	if c.ovfClosed {
-		c.bmu.Unlock()
-		r.failCode(CodeShutdown, "context closed")
-		return
+	now := c.in.now()
+	until := now + 2*int64(c.Timeout())
+	if rem, ok := r.Remaining(); ok {
+		until = max(min(until, now+int64(rem)), 1)
 	}
+	c.bmu.Lock()
 	if r.acct != nil && r.acct.gone.Load() {
 		// Its connection has gone (and release has swept the queues, or
 		// will after this: it sets gone first).
@@ -86,112 +83,34 @@ func (c *Context) admitOverflow(r *Incoming, n int64, start func()) {
 		r.failCode(CodeUnreachable, "the request's connection has gone")
 		return
 	}
-	if len(c.ovfWait) == 0 && c.ovfFits(n) {
-		c.ovfBytes += n
-		c.ovfSeq++
-		c.ovfLast = r.conn
+	admitted, refused, evicted, ok := c.ovf.Offer(r.conn, ovfWaiter{r: r, n: n, start: start}, n, until)
+	switch {
+	case admitted:
 		r.acct.add(chOverflowIn, n)
-		c.bmu.Unlock()
-		start()
-		return
+	case refused == admit.Taken:
+		r.acct.add(chOvfWaiting, 1)
 	}
-	cs := c.ovfConns[r.conn]
-	mine := 0
-	if cs != nil {
-		mine = cs.waiting
+	if ok {
+		evicted.r.acct.add(chOvfWaiting, -1)
 	}
-	var evicted *Incoming
-	if mine >= maxOverflowWaitingPerConn {
-		c.bmu.Unlock()
-		r.failCode(CodeBusy, "too many requests of this connection wait for overflow budget")
-		return
-	}
-	if len(c.ovfWait) >= maxOverflowWaiting {
-		// Full: the connection with the most requests waiting gives up
-		// its newest for this one, if it has more than this one's.
-		if i := c.ovfNewestOfLargest(mine + 1); i >= 0 {
-			evicted = c.ovfRemoveLocked(i).r
-		} else {
-			c.bmu.Unlock()
-			r.failCode(CodeBusy, "too many requests wait for overflow budget")
-			return
-		}
-	}
-	// It waits until its origin's deadline, and at most twice this
-	// side's timeout (a pull that holds the budget lasts at most one), so
-	// that requests without a deadline cannot hold the queue for ever.
-	now := c.in.now()
-	w := ovfWaiter{r: r, n: n, start: start, until: now + 2*int64(c.Timeout())}
-	if rem, ok := r.Remaining(); ok {
-		w.until = max(min(w.until, now+int64(rem)), 1)
-	}
-	if cs == nil {
-		if c.ovfConns == nil {
-			c.ovfConns = map[any]*ovfConnState{}
-		}
-		// It joins the back of the turns (ahead of the connection
-		// admitted last, which loses ties).
-		cs = &ovfConnState{turn: c.ovfSeq}
-		c.ovfConns[r.conn] = cs
-	}
-	cs.waiting++
-	r.acct.add(chOvfWaiting, 1)
-	c.ovfWait = append(c.ovfWait, w)
 	c.bmu.Unlock()
-	if evicted != nil {
-		evicted.failCode(CodeBusy, "too many requests wait for overflow budget")
+	if ok {
+		evicted.r.failCode(CodeBusy, "too many requests wait for overflow budget")
 	}
-	c.armAt(w.until)
-}
-
-// ovfRemoveLocked removes waiter i and returns it. Called with bmu held.
-func (c *Context) ovfRemoveLocked(i int) ovfWaiter {
-	w := c.ovfWait[i]
-	c.ovfWait = slices.Delete(c.ovfWait, i, i+1)
-	c.ovfLeftLocked(w.r)
-	return w
-}
-
-// ovfLeftLocked counts one of r's connection's waiters gone (r stopped
-// waiting); a connection with none left loses its turn. Called with bmu
-// held.
-func (c *Context) ovfLeftLocked(r *Incoming) {
-	r.acct.add(chOvfWaiting, -1)
-	if cs := c.ovfConns[r.conn]; cs != nil {
-		if cs.waiting--; cs.waiting <= 0 {
-			delete(c.ovfConns, r.conn)
+	switch refused {
+	case admit.Closed:
+		r.failCode(CodeShutdown, "context closed")
+	case admit.PerPeer:
+		r.failCode(CodeBusy, "too many requests of this connection wait for overflow budget")
+	case admit.Full:
+		r.failCode(CodeBusy, "too many requests wait for overflow budget")
+	default:
+		if admitted {
+			start()
+		} else {
+			c.armAt(until)
 		}
 	}
-}
-
-// ovfNewestOfLargest returns the index of the newest waiter of the
-// connection with the most waiters, if it has more than than waiters, or -1.
-// Called with bmu held.
-func (c *Context) ovfNewestOfLargest(than int) int {
-	var big any
-	most := than
-	for conn, cs := range c.ovfConns {
-		if cs.waiting > most {
-			big, most = conn, cs.waiting
-		}
-	}
-	if big == nil {
-		return -1
-	}
-	for i := len(c.ovfWait) - 1; i >= 0; i-- {
-		if c.ovfWait[i].r.conn == big {
-			return i
-		}
-	}
-	return -1
-}
-
-// ovfFits reports whether an input of n bytes may be pulled now. One
-// input is always admitted when none is held, however large (up to
-// MaxPayload), so that a limit below an input's size cannot block it
-// forever. Called with bmu held.
-func (c *Context) ovfFits(n int64) bool {
-	return c.ovfBytes == 0 || c.ovfBytes+n <= int64(c.in.opts.Bulk.OverflowLimit)
 }
 
 func (c *Context) startPull(r *Incoming) {
@@ -231,65 +150,39 @@ func (c *Context) startPull(r *Incoming) {
 // overflowDone returns n bytes of overflow budget, which a's peer held,
 // and admits the requests that now fit.
 func (c *Context) overflowDone(a *peer, n int64) {
-	var admit []func()
 	c.bmu.Lock()
-	c.ovfBytes -= n
 	a.add(chOverflowIn, -n)
-	for len(c.ovfWait) > 0 && !c.ovfClosed {
-		i := c.ovfNextLocked()
-		if !c.ovfFits(c.ovfWait[i].n) {
-			break // the others do not overtake it
-		}
-		c.ovfSeq++
-		c.ovfLast = c.ovfWait[i].r.conn
-		if cs := c.ovfConns[c.ovfLast]; cs != nil {
-			cs.turn = c.ovfSeq
-		}
-		w := c.ovfRemoveLocked(i)
-		c.ovfBytes += w.n
-		w.r.acct.add(chOverflowIn, w.n)
-		admit = append(admit, w.start)
-	}
+	admitted := c.admittedLocked(c.ovf.Done(n, nil))
 	c.bmu.Unlock()
-	for _, start := range admit {
-		start()
+	for _, w := range admitted {
+		w.start()
 	}
 }
 
-// ovfNextLocked returns the index of the waiting request to admit next:
-// connections take turns (the earliest waiter of the connection whose
-// turn is oldest: it was admitted, or began to wait, longest ago; the
-// connection admitted last loses ties), so
-// that one peer's requests, however many, delay another's by at most one
-// admission per connection waiting; within a connection, arrival order.
-// Called with bmu held and ovfWait not empty.
-func (c *Context) ovfNextLocked() int {
-	best, bestTurn, bestLast := -1, uint64(0), false
-	for i, w := range c.ovfWait {
-		cs := c.ovfConns[w.r.conn]
-		if cs == nil {
-			continue
-		}
-		last := w.r.conn == c.ovfLast
-		if best < 0 || cs.turn < bestTurn || (cs.turn == bestTurn && bestLast && !last) {
-			best, bestTurn, bestLast = i, cs.turn, last
-		}
+// admittedLocked moves the charges of requests the queue admitted from
+// waiting to held. Called with bmu held.
+func (c *Context) admittedLocked(ws []ovfWaiter) []ovfWaiter {
+	for _, w := range ws {
+		w.r.acct.add(chOvfWaiting, -1)
+		w.r.acct.add(chOverflowIn, w.n)
 	}
-	return max(best, 0)
+	return ws
+}
+
+// droppedLocked ends the waiting charges of requests the queue dropped.
+// Called with bmu held.
+func droppedLocked(ws []ovfWaiter) {
+	for _, w := range ws {
+		w.r.acct.add(chOvfWaiting, -1)
+	}
 }
 
 // failOverflowWaiters answers the requests still waiting for budget;
 // requests that overflow from now on are answered at once.
 func (c *Context) failOverflowWaiters() {
 	c.bmu.Lock()
-	ws := c.ovfWait
-	c.ovfWait = nil
-	for _, w := range ws {
-		w.r.acct.add(chOvfWaiting, -1)
-	}
-	clear(c.ovfConns)
-	c.ovfLast = nil
-	c.ovfClosed = true
+	ws := c.ovf.Close(nil)
+	droppedLocked(ws)
 	c.bmu.Unlock()
 	for _, w := range ws {
 		w.r.failCode(CodeShutdown, "context closed")
@@ -300,30 +193,17 @@ func (c *Context) failOverflowWaiters() {
 // overflow budget, its connection having gone (peer.release), and admits
 // the requests that then fit.
 func (c *Context) dropOverflowPeer(a *peer) {
-	var gone []*Incoming
 	c.bmu.Lock()
-	kept := c.ovfWait[:0]
-	for _, w := range c.ovfWait {
-		if w.r.acct == a {
-			gone = append(gone, w.r)
-			c.ovfLeftLocked(w.r)
-			continue
-		}
-		kept = append(kept, w)
-	}
-	clear(c.ovfWait[len(kept):])
-	c.ovfWait = kept
-	if c.ovfLast == any(a.conn) {
-		c.ovfLast = nil
-	}
+	gone, admitted := c.ovf.DropPeer(any(a.conn), nil, nil)
+	droppedLocked(gone)
+	c.admittedLocked(admitted)
 	c.bmu.Unlock()
-	if len(gone) == 0 {
-		return
+	for _, w := range gone {
+		w.r.failCode(CodeUnreachable, "the request's connection has gone")
 	}
-	for _, r := range gone {
-		r.failCode(CodeUnreachable, "the request's connection has gone")
+	for _, w := range admitted {
+		w.start()
 	}
-	c.overflowDone(nil, 0)
 }
 
 // ovfEarliest returns the earliest time a waiting request gives up (0:
@@ -331,13 +211,7 @@ func (c *Context) dropOverflowPeer(a *peer) {
 func (c *Context) ovfEarliest() int64 {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
-	var next int64
-	for _, w := range c.ovfWait {
-		if w.until != 0 && (next == 0 || w.until < next) {
-			next = w.until
-		}
-	}
-	return next
+	return c.ovf.Earliest()
 }
 
 // expireOverflowWaiters answers the waiting requests that gave up by now
@@ -345,28 +219,17 @@ func (c *Context) ovfEarliest() int64 {
 // their inputs would be wasted) and admits the requests that then fit.
 // Times are the instance's (in.now).
 func (c *Context) expireOverflowWaiters(now int64) {
-	var expired []*Incoming
 	c.bmu.Lock()
-	kept := c.ovfWait[:0]
-	for _, w := range c.ovfWait {
-		if w.until != 0 && w.until <= now {
-			expired = append(expired, w.r)
-			c.ovfLeftLocked(w.r)
-			continue
-		}
-		kept = append(kept, w)
-	}
-	clear(c.ovfWait[len(kept):])
-	c.ovfWait = kept
+	expired, admitted := c.ovf.Expire(now, nil, nil)
+	droppedLocked(expired)
+	c.admittedLocked(admitted)
 	c.bmu.Unlock()
-	if len(expired) == 0 {
-		return
+	for _, w := range expired {
+		w.r.failCode(CodeTimedOut, "the input waited for overflow budget until its deadline or twice this side's timeout")
 	}
-	for _, r := range expired {
-		r.failCode(CodeTimedOut, "the input waited for overflow budget until its deadline or twice this side's timeout")
+	for _, w := range admitted {
+		w.start()
 	}
-	// The head may have been what blocked the others.
-	c.overflowDone(nil, 0)
 }
 
 // pullReply pulls an overflowing output, releases the target's handle

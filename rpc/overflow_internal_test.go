@@ -19,26 +19,8 @@ func reviewCtx(t *testing.T, limit int) *Context {
 		t.Fatal(err)
 	}
 	// The fake waiters below cannot be answered: drop them before Close.
-	t.Cleanup(func() { c.bmu.Lock(); c.ovfWait = nil; c.bmu.Unlock() })
+	t.Cleanup(func() { c.bmu.Lock(); c.ovf.Close(nil); c.bmu.Unlock() })
 	return c
-}
-
-// ovfEarliest returns the earliest deadline among the waiters that have
-// one; a waiter without a deadline (until 0) is skipped (it made it
-// return 0, so expire did not re-arm for a waiter that began after its
-// sweep).
-func TestOvfEarliestSkipsNoDeadline(t *testing.T) {
-	c := reviewCtx(t, 1<<20)
-	c.bmu.Lock()
-	c.ovfWait = []ovfWaiter{{until: 1000}, {until: 0}}
-	c.bmu.Unlock()
-	got := c.ovfEarliest()
-	c.bmu.Lock()
-	c.ovfWait = nil
-	c.bmu.Unlock()
-	if got != 1000 {
-		t.Fatalf("ovfEarliest = %d with waiters until 1000 and until 0 (none); want 1000", got)
-	}
 }
 
 // connKey stands for a *msgr.Conn (a distinct key per connection).
@@ -77,7 +59,7 @@ func TestOvfNewConnsDoNotOvertake(t *testing.T) {
 		}
 		overtaken++
 	}
-	if n, w := len(c.ovfConns), len(c.ovfWait); n > w {
+	if n, w := c.ovf.Peers(), c.ovf.Waiting(); n > w {
 		t.Fatalf("%d connections kept a turn while %d requests wait", n, w)
 	}
 	if overtaken > 2 {

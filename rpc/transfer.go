@@ -783,7 +783,7 @@ func (c *Context) BulkStats() BulkStats {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
 	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect,
-		OverflowHeld: c.ovfBytes, OverflowWaiting: len(c.ovfWait),
+		OverflowHeld: c.ovf.Held(), OverflowWaiting: c.ovf.Waiting(),
 		Eager: c.nProto[Eager].Load(), Segmented: c.nProto[Segmented].Load(), Rendezvous: c.nProto[Rendezvous].Load()}
 }
 
