@@ -54,7 +54,8 @@ type Instance struct {
 	nextXfer atomic.Uint64 // the last transfer id given out (ids are unique in the instance)
 	// peers holds the account of each connection's peer (*msgr.Conn →
 	// *peer): everything that peer makes this instance hold (peer.go).
-	peers sync.Map
+	peers  sync.Map
+	nPeers atomic.Int64 // accounts in peers
 	// charged is what all peers hold, by charge, released accounts
 	// included (peer.add keeps it).
 	charged [nCharges]atomic.Int64

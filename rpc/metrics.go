@@ -33,6 +33,12 @@ import (
 //	bulk.window_waiting_transfers (gauge), bulk.overflow_held_bytes (gauge),
 //	bulk.overflow_waiting_requests (gauge)
 //
+// From the peer accounts (peer.go), over all of the instance's peers:
+//
+//	rpc.peer_accounts (gauge), rpc.peer_unpulled_output_bytes (gauge),
+//	rpc.peer_rendezvous_pulls (gauge), rpc.peer_direct_leases (gauge),
+//	rpc.peer_transfers (gauge)
+//
 // opcode is the opcode in hex ("0x01000002"); opcodes this instance has
 // not registered share "unregistered".
 type rpcMetrics struct {
@@ -69,6 +75,9 @@ func newRPCMetrics(reg *metrics.Registry, in *Instance) *rpcMetrics {
 			}
 			return v
 		}
+	}
+	held := func(k charge) func() float64 {
+		return func() float64 { return float64(in.charged[k].Load()) }
 	}
 	bulk := func(f func(*BulkStats) float64) func() float64 {
 		return func() float64 {
@@ -110,6 +119,11 @@ func newRPCMetrics(reg *metrics.Registry, in *Instance) *rpcMetrics {
 		{false, "bulk", "window_waiting_transfers", "Transfers waiting for a shared window.", bulk(func(s *BulkStats) float64 { return float64(s.Parked) })},
 		{false, "bulk", "overflow_held_bytes", "Bytes of pulled inputs held for requests not yet answered, in bytes.", bulk(func(s *BulkStats) float64 { return float64(s.OverflowHeld) })},
 		{false, "bulk", "overflow_waiting_requests", "Requests whose inputs wait for overflow budget.", bulk(func(s *BulkStats) float64 { return float64(s.OverflowWaiting) })},
+		{false, "rpc", "peer_accounts", "Peer connections with an account (something charged to them since they opened).", func() float64 { return float64(in.nPeers.Load()) }},
+		{false, "rpc", "peer_unpulled_output_bytes", "Bytes of overflowing outputs peers have not pulled or released, in bytes.", held(chOutputs)},
+		{false, "rpc", "peer_rendezvous_pulls", "Rendezvous PUTs being pulled for peers.", held(chPulls)},
+		{false, "rpc", "peer_direct_leases", "Ranges of registered memory peers may touch directly.", held(chLeases)},
+		{false, "rpc", "peer_transfers", "Bulk transfers running on peer connections, either side.", held(chXfers)},
 	} {
 		if m.counter {
 			reg.CounterFunc(d(m.sub, m.name, m.help), m.fn)

@@ -133,6 +133,7 @@ func (in *Instance) peerOf(conn *msgr.Conn) *peer {
 	if v, loaded := in.peers.LoadOrStore(conn, a); loaded {
 		return v.(*peer)
 	}
+	in.nPeers.Add(1)
 	select {
 	case <-conn.Done():
 		// It may have been released already: nothing would release this
@@ -219,7 +220,7 @@ func (a *peer) takePlaced() (*Bulk, *BulkTransfer) {
 	b, t := a.putPlacing, a.getPlacing
 	a.putPlacing, a.getPlacing = nil, nil
 	if a.gone.Load() && (b != nil || t != nil) {
-		a.in.peers.CompareAndDelete(a.conn, a)
+		a.forget()
 	}
 	return b, t
 }
@@ -370,7 +371,7 @@ func (a *peer) release() {
 	}
 	if a.putPlacing == nil && a.getPlacing == nil {
 		// (Otherwise the reader still has to find it: takePlaced.)
-		a.in.peers.CompareAndDelete(a.conn, a)
+		a.forget()
 	}
 	a.mu.Unlock()
 	for b := range outputs {
@@ -381,6 +382,13 @@ func (a *peer) release() {
 	}
 	for _, c := range a.in.contexts() {
 		c.dropOverflowPeer(a)
+	}
+}
+
+// forget removes the account from the instance's table.
+func (a *peer) forget() {
+	if a.in.peers.CompareAndDelete(a.conn, a) {
+		a.in.nPeers.Add(-1)
 	}
 }
 
@@ -397,9 +405,5 @@ func (in *Instance) peerCharges() (sum [nCharges]int64, accounts int) {
 	for k := range sum {
 		sum[k] = in.charged[k].Load()
 	}
-	in.peers.Range(func(_, v any) bool {
-		accounts++
-		return true
-	})
-	return sum, accounts
+	return sum, int(in.nPeers.Load())
 }

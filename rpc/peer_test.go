@@ -97,6 +97,16 @@ func TestPeerAccountReleasedWithConnection(t *testing.T) {
 		return len(held) == 3 && got["unanswered"] > 0 && got["xfers"] == 2 && got["xfer_bytes"] > 0
 	})
 	t.Logf("held for the peer: %v", got)
+	metric := func(name string) float64 {
+		s := srv.Metrics().Snapshot()
+		v, _ := s.Value("ferry_rpc_" + name)
+		return v
+	}
+	for name, want := range map[string]float64{"peer_accounts": 1, "peer_unpulled_output_bytes": 2 << 20, "peer_rendezvous_pulls": 1, "peer_transfers": 2} {
+		if got := metric(name); got != want {
+			t.Errorf("metric %s = %v, want %v", name, got, want)
+		}
+	}
 	handles := srv.BulkHandles()
 
 	// The peer goes away.
@@ -131,6 +141,11 @@ func TestPeerAccountReleasedWithConnection(t *testing.T) {
 		}
 		return n == 0
 	})
+	for _, name := range []string{"peer_accounts", "peer_unpulled_output_bytes", "peer_rendezvous_pulls", "peer_transfers"} {
+		if got := metric(name); got != 0 {
+			t.Errorf("metric %s = %v after the peer left, want 0", name, got)
+		}
+	}
 	if st := sctx.Stats(); st.Held != 0 {
 		t.Fatalf("server's context holds %d bytes of requests", st.Held)
 	}
