@@ -76,6 +76,8 @@ type Config struct {
 	// buffer (64 KiB, allocated once it has a slot) and Limits.MaxPreAuth.
 	MaxHandshakes      int
 	HandshakeIdleEvict time.Duration
+	// Clock is the messenger's time (see Clock); default SystemClock.
+	Clock Clock
 	// KeepaliveInterval is how often an open connection sends KEEPALIVE2;
 	// default 5 s; negative disables keepalives.
 	KeepaliveInterval time.Duration
@@ -137,6 +139,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.HandshakeIdleEvict == 0 {
 		d.HandshakeIdleEvict = time.Second
+	}
+	if d.Clock == nil {
+		d.Clock = SystemClock{}
 	}
 	if d.KeepaliveInterval == 0 {
 		d.KeepaliveInterval = 5 * time.Second

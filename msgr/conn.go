@@ -296,7 +296,7 @@ func (e *closedError) Unwrap() error        { return e.reason }
 func (c *Conn) SendKeepalive() {
 	c.mu.Lock()
 	c.sendKA = true
-	c.lastKASent = time.Now()
+	c.lastKASent = c.m.cfg.Clock.Now()
 	c.mu.Unlock()
 	c.poke()
 }

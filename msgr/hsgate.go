@@ -31,6 +31,7 @@ var ErrHandshakeEvicted = errors.New("msgr: idle handshake evicted")
 type hsGate struct {
 	max       int
 	evictIdle time.Duration
+	clock     Clock
 
 	mu       sync.Mutex
 	active   map[*hsEntry]struct{}
@@ -53,8 +54,8 @@ type hsWaiter struct {
 	dropped bool
 }
 
-func newHSGate(max int, evictIdle time.Duration) *hsGate {
-	return &hsGate{max: max, evictIdle: evictIdle, active: make(map[*hsEntry]struct{})}
+func newHSGate(max int, evictIdle time.Duration, clock Clock) *hsGate {
+	return &hsGate{max: max, evictIdle: evictIdle, clock: clock, active: make(map[*hsEntry]struct{})}
 }
 
 func (w *hsWaiter) signal() {
@@ -67,14 +68,14 @@ func (w *hsWaiter) signal() {
 // admit waits for a slot for nc until ctx ends and returns its entry.
 func (g *hsGate) admit(ctx context.Context, nc net.Conn) (*hsEntry, error) {
 	e := &hsEntry{nc: nc}
-	e.last.Store(time.Now().UnixNano())
+	e.last.Store(g.clock.Now().UnixNano())
 	g.mu.Lock()
 	if len(g.active)+g.reserved < g.max && len(g.waiters) == 0 {
 		g.active[e] = struct{}{}
 		g.mu.Unlock()
 		return e, nil
 	}
-	wait := g.evictLocked(time.Now())
+	wait := g.evictLocked(g.clock.Now())
 	if wait == 0 {
 		g.active[e] = struct{}{}
 		g.mu.Unlock()
@@ -93,10 +94,10 @@ func (g *hsGate) admit(ctx context.Context, nc net.Conn) (*hsEntry, error) {
 		if wait <= 0 {
 			wait = g.evictIdle
 		}
-		t := time.NewTimer(wait)
+		t := g.clock.NewTimer(wait)
 		select {
 		case <-w.wake:
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 		}
 		t.Stop()
@@ -120,7 +121,7 @@ func (g *hsGate) admit(ctx context.Context, nc net.Conn) (*hsEntry, error) {
 			if len(g.active)+g.reserved < g.max {
 				wait = 0
 			} else {
-				wait = g.evictLocked(time.Now())
+				wait = g.evictLocked(g.clock.Now())
 			}
 			if wait == 0 {
 				g.removeWaiterLocked(w)
@@ -203,12 +204,13 @@ func (g *hsGate) handshaking() int {
 type hsReader struct {
 	r     io.Reader
 	entry *hsEntry
+	clock Clock
 }
 
 func (h *hsReader) Read(p []byte) (int, error) {
 	n, err := h.r.Read(p)
 	if n > 0 && h.entry != nil {
-		h.entry.last.Store(time.Now().UnixNano())
+		h.entry.last.Store(h.clock.Now().UnixNano())
 	}
 	return n, err
 }

@@ -106,14 +106,14 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 	var placer DataPlacer // took this frame's data segment
 	read := false         // the frame was read and fed by readPlaced
 	if retain {
-		recvStamp = time.Now()
+		recvStamp = m.cfg.Clock.Now()
 		waited, err := c.takeBudget(pol, int64(n), r)
 		if err != nil {
 			return false, err
 		}
 		throttleStamp = recvStamp
 		if waited {
-			throttleStamp = time.Now()
+			throttleStamp = m.cfg.Clock.Now()
 		}
 		held = int64(n)
 		if n >= PlaceMin {
@@ -152,7 +152,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		m.met.framesReceived(f - fr.framesIn)
 		fr.framesIn = f
 	}
-	now := time.Now()
+	now := m.cfg.Clock.Now()
 	c.lastRecv.Store(now.UnixNano())
 	for i := range evs {
 		ev := &evs[i]
@@ -210,7 +210,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			c.poke()
 		case msgr2.EvKeepaliveAck:
 			c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
-			c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), time.Now())
+			c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), c.m.cfg.Clock.Now())
 		}
 	}
 	c.putBudget(pol, held) // a dropped duplicate
@@ -677,7 +677,7 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 		w.wbuf = e.AppendKeepaliveAck(w.wbuf, stamp)
 	}
 	if ka {
-		now := time.Now()
+		now := c.m.cfg.Clock.Now()
 		w.wbuf = e.AppendKeepalive(w.wbuf, msgr2.Stamp{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
 	}
 	if ack && len(w.batch) == 0 {
@@ -748,7 +748,7 @@ func (w *writeState) encodeSecure(c *Conn, e *msgr2.Engine, ka, kaAck bool, stam
 		seal(msgr2.Keepalive2Ack{Sec: stamp.Sec, Nsec: stamp.Nsec})
 	}
 	if ka {
-		now := time.Now()
+		now := c.m.cfg.Clock.Now()
 		seal(msgr2.Keepalive2{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
 	}
 	if ack && len(w.batch) == 0 {

@@ -102,7 +102,7 @@ func New(cfg Config) (*Messenger, error) {
 		stoppedCh:     make(chan struct{}),
 		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
 		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
-		hs:            newHSGate(c.MaxHandshakes, c.HandshakeIdleEvict),
+		hs:            newHSGate(c.MaxHandshakes, c.HandshakeIdleEvict, c.Clock),
 	}
 	m.reg = c.Metrics
 	if m.reg == nil {
@@ -438,7 +438,7 @@ func (m *Messenger) newConn(outgoing bool, p Policy) *Conn {
 		state:    stateConnecting,
 	}
 	c.ctx, c.cancel = context.WithCancel(m.ctx)
-	c.lastRecv.Store(time.Now().UnixNano())
+	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.conns[c] = struct{}{}
 	return c
 }
@@ -545,7 +545,7 @@ func (m *Messenger) deliver(it dispatchItem) {
 			m.release(it)
 			return
 		}
-		it.m.DispatchStamp = time.Now()
+		it.m.DispatchStamp = m.cfg.Clock.Now()
 		handled := false
 		for _, d := range ds {
 			if d.Dispatch(it.m) {
@@ -601,16 +601,17 @@ func (m *Messenger) timerLoop() {
 		tick = min(tick, to/4)
 	}
 	tick = max(tick, time.Millisecond)
-	t := time.NewTicker(tick)
+	t := m.cfg.Clock.NewTimer(tick)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			for _, c := range m.Conns() {
 				c.tick(now, iv, to)
 			}
+			t.Reset(tick)
 		}
 	}
 }

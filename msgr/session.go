@@ -140,10 +140,10 @@ func (c *Conn) waitToConnect() bool {
 }
 
 func (c *Conn) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
+	t := c.m.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-c.ctx.Done():
 		return false
@@ -388,7 +388,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		return
 	}
 	e := msgr2.NewEngine(cfg)
-	hr := &hsReader{r: nc, entry: slot}
+	hr := &hsReader{r: nc, entry: slot, clock: m.cfg.Clock}
 	br := getReadBuf(hr)
 	var (
 		run      *socketRun // set once a session took this socket over
@@ -667,13 +667,13 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 	c.auth = authInfo(r.e.AuthResult(), r.e.ConMode())
 	c.state = stateOpen
 	c.everReady = true
-	c.lastKASent = time.Now()
+	c.lastKASent = m.cfg.Clock.Now()
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)
 	}
 	c.mu.Unlock()
-	c.lastRecv.Store(time.Now().UnixNano())
+	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.log.Debug("socket up", "conn", c.id, "outgoing", c.outgoing, "resumed", r.e.Resumed(), "in_seq", c.inSeq.Load(), "engine_in_seq", r.e.InSeq(),
 		"remote", r.nc.RemoteAddr().String(), "data_crc", r.e.DataCRC())
 	if c.outgoing {

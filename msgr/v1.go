@@ -320,7 +320,7 @@ func (m *Messenger) serveIncomingV1(nc net.Conn) {
 		return
 	}
 	e := msgr1.NewEngine(cfg)
-	hr := &hsReader{r: nc, entry: slot}
+	hr := &hsReader{r: nc, entry: slot, clock: m.cfg.Clock}
 	br := bufio.NewReaderSize(hr, readBufSize)
 	var (
 		run      *socketRun
@@ -556,13 +556,13 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	}
 	c.state = stateOpen
 	c.everReady = true
-	c.lastKASent = time.Now()
+	c.lastKASent = m.cfg.Clock.Now()
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)
 	}
 	c.mu.Unlock()
-	c.lastRecv.Store(time.Now().UnixNano())
+	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.log.Debug("msgr1 socket up", "conn", c.id, "outgoing", c.outgoing, "in_seq", c.inSeq.Load(),
 		"remote", r.nc.RemoteAddr().String(), "connect_seq", p.ConnectSeq, "lossy", p.Lossy)
 	if c.outgoing {
@@ -613,14 +613,14 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 		var recvStamp, throttleStamp time.Time
 		var release func(*msg.Message)
 		if retain {
-			recvStamp = time.Now()
+			recvStamp = m.cfg.Clock.Now()
 			waited, err := c.takeBudget(&pol, int64(n), r)
 			if err != nil {
 				return err
 			}
 			throttleStamp = recvStamp
 			if waited {
-				throttleStamp = time.Now()
+				throttleStamp = m.cfg.Clock.Now()
 			}
 			held = int64(n)
 			buf, release = getBody(n)
@@ -639,7 +639,7 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 			c.putBudget(&pol, held)
 			return err
 		}
-		now := time.Now()
+		now := c.m.cfg.Clock.Now()
 		c.lastRecv.Store(now.UnixNano())
 		for i := range evs {
 			ev := &evs[i]
@@ -687,7 +687,7 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 				}
 			case msgr1.EvKeepaliveAck:
 				c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
-				c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), time.Now())
+				c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), c.m.cfg.Clock.Now())
 			case msgr1.EvClose:
 				c.putBudget(&pol, held)
 				return errPeerClosed
@@ -722,7 +722,7 @@ func (w *writeState) encodeV1(c *Conn, e *msgr1.Engine, ka, kaAck bool, stamp ms
 		w.wbuf = e.AppendKeepaliveAck(w.wbuf, msgr1.Stamp(stamp))
 	}
 	if ka {
-		now := time.Now()
+		now := c.m.cfg.Clock.Now()
 		w.wbuf = e.AppendKeepalive(w.wbuf, msgr1.Stamp{Sec: uint32(now.Unix()), Nsec: uint32(now.Nanosecond())})
 	}
 	if ack {
