@@ -13,6 +13,7 @@ import (
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc/internal/track"
+	"github.com/ferrymsg/ferry/rpc/internal/window"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -119,6 +120,8 @@ func newContext(in *Instance, tag uint16, o ContextOptions) (*Context, error) {
 	c.xfers = map[uint64]*BulkTransfer{}
 	c.finishing = map[uint64]*BulkTransfer{}
 	c.initOverflow(in.opts.Bulk.OverflowLimit)
+	b := &in.opts.Bulk
+	c.win = window.New[*msgr.Conn, *BulkTransfer](window.Limits{Window: int64(b.Window), Conn: int64(b.ConnLimit), Context: int64(b.ContextLimit)})
 	to := o.Timeout
 	if to == 0 {
 		to = in.opts.Timeout

@@ -514,7 +514,7 @@ func directCall(pid int, write bool, local *Bulk, loff int64, segs []directSeg, 
 func (c *Context) fallbackLocked(t *BulkTransfer) []*msg.Message {
 	d := &t.d
 	if d.Op == BulkPut && t.proto == Rendezvous {
-		t.next = d.Len // the peer pulls it all; its final ack lands it
+		t.fl.Next = d.Len // the peer pulls it all; its final ack lands it
 		return []*msg.Message{bulkMsg(&wire.BulkHeader{
 			Op: wire.BulkRTS, SrcTag: c.tag, DstTag: d.Remote.Tag, Xfer: t.id,
 			Key: d.Remote.Key, Off: uint64(d.RemoteOff), Len: uint64(d.Len),

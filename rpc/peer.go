@@ -20,7 +20,8 @@ package rpc
 //	               (directMaxLeases)
 //	chXfers        bulk transfers running on the connection, either side
 //	chXferBytes    bulk bytes in flight on the connection (each context's
-//	               ConnLimit per connection, via win)
+//	               windows bound them: ConnLimit per connection; package
+//	               window)
 //	chDirectWaits  transfers of this side waiting for the peer's addresses
 //	               (direct path; one per transfer)
 //
@@ -120,7 +121,6 @@ type peer struct {
 	leases     map[directKey]directLease   // ranges it may touch directly
 	waiting    map[directKey]*BulkTransfer // transfers waiting for its addresses
 	xfers      map[*BulkTransfer]struct{}  // transfers running on the connection
-	win        map[*Context]int64          // bytes in flight per context (ConnLimit)
 }
 
 // peerOf returns conn's account, making it on first use. A connection
@@ -272,35 +272,6 @@ func (a *peer) dropXfer(t *BulkTransfer) {
 		a.add(chXfers, -1)
 	}
 	a.mu.Unlock()
-}
-
-// takeWindow counts n bytes in flight for context c on the connection if
-// c's share stays within limit (or holds none). Called with c.bmu held.
-func (a *peer) takeWindow(c *Context, n, limit int64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	cur := a.win[c]
-	if cur > 0 && cur+n > limit {
-		return false
-	}
-	if a.win == nil {
-		a.win = map[*Context]int64{}
-	}
-	a.win[c] = cur + n
-	a.add(chXferBytes, n)
-	return true
-}
-
-// putWindow gives back n bytes takeWindow counted. Called with c.bmu held.
-func (a *peer) putWindow(c *Context, n int64) {
-	a.mu.Lock()
-	if v := a.win[c] - n; v > 0 {
-		a.win[c] = v
-	} else {
-		delete(a.win, c)
-	}
-	a.mu.Unlock()
-	a.add(chXferBytes, -n)
 }
 
 // addRTS lists a rendezvous PUT pulled for the peer; false if gone.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/rpc/internal/window"
 	"github.com/ferrymsg/ferry/rpc/internal/wire"
 )
 
@@ -139,13 +140,11 @@ type BulkTransfer struct {
 	spans []bulkSpan
 
 	// Guarded by the context's bmu.
-	state    uint8
-	next     int64 // next byte to request or send
-	acked    int64 // bytes landed
-	inflight int64 // bytes requested or sent and not yet landed
-	placing  int   // chunks being read into Local right now
-	parked   bool
-	err      error
+	state   uint8
+	fl      window.Flow[*msgr.Conn, *BulkTransfer] // its part of the context's windows: next byte to grant, bytes in flight
+	acked   int64                                  // bytes landed
+	placing int                                    // chunks being read into Local right now
+	err     error
 }
 
 // Protocol returns the protocol the transfer uses.
@@ -182,10 +181,13 @@ func (t *BulkTransfer) Abort() bool {
 
 // bulkState is a context's transfers and flow-control accounting.
 type bulkState struct {
-	bmu      sync.Mutex
-	xfers    map[uint64]*BulkTransfer
-	inflight int64           // bytes in flight over all transfers (per connection: the peer accounts' win)
-	parked   []*BulkTransfer // transfers waiting for the context's or a connection's window
+	bmu   sync.Mutex
+	xfers map[uint64]*BulkTransfer
+	// win is the windows of the context's transfers (bytes in flight per
+	// transfer, per connection and in all; the transfers waiting for a
+	// shared one), a pure machine; grants is its output's scratch.
+	win    *window.Windows[*msgr.Conn, *BulkTransfer]
+	grants []window.Grant[*msgr.Conn, *BulkTransfer]
 	// finishing holds ended transfers whose chunk is still being read
 	// into their buffer.
 	finishing map[uint64]*BulkTransfer
@@ -355,6 +357,7 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	}
 	t := &BulkTransfer{c: c, d: d, conn: conn, acct: c.in.peerOf(conn), cb: cb, onDone: onDone, done: make(chan struct{}), hidx: -1}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
+	t.fl = window.Flow[*msgr.Conn, *BulkTransfer]{Conn: conn, Owner: t, Len: d.Len, Chunk: t.chunk}
 	if int(t.proto) < len(c.nProto) {
 		c.nProto[t.proto].Add(1)
 	}
@@ -402,7 +405,7 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 			Key: d.Remote.Key, Off: uint64(d.RemoteOff), Len: uint64(d.Len),
 			Key2: d.Local.key, Off2: uint64(d.LocalOff),
 		}, nil, msg.PrioDefault))
-		t.next = d.Len // the peer pulls it all; its final ack lands it
+		t.fl.Next = d.Len // the peer pulls it all; its final ack lands it
 	default:
 		out = c.issueLocked(t, out)
 	}
@@ -472,76 +475,36 @@ func bulkMsg(h *wire.BulkHeader, data [][]byte, prio msg.Priority) *msg.Message 
 }
 
 // issueLocked queues as many of t's chunks as its window, its
-// connection's and the context's allow; t is parked if a shared window is
-// what stops it.
+// connection's and the context's allow (the windows' machine, package
+// window); t is parked if a shared window is what stops it.
 func (c *Context) issueLocked(t *BulkTransfer, out []*msg.Message) []*msg.Message {
-	o := &c.in.opts.Bulk
-	for t.state == xActive && t.next < t.d.Len {
-		n := min(t.chunk, t.d.Len-t.next)
-		if t.inflight > 0 && t.inflight+n > int64(o.Window) {
-			break // its own window: a landing chunk issues more
-		}
-		if (c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) || !t.acct.takeWindow(c, n, int64(o.ConnLimit)) {
-			if !t.parked {
-				t.parked = true
-				c.parked = append(c.parked, t)
-			}
-			break
-		}
-		out = append(out, c.chunkMsg(t, t.next, n))
-		t.askedLocked(t.next, n)
-		t.next += n
-		t.inflight += n
-		c.inflight += n
+	gs := c.win.Issue(&t.fl, c.grants[:0])
+	for _, g := range gs {
+		out = append(out, c.grantedLocked(t, g.Pos, g.Len))
 	}
+	clear(gs)
+	c.grants = gs[:0]
 	return out
-}
-
-// issueOne queues at most one chunk of t (round robin among parked
-// transfers) and reports whether it did.
-func (c *Context) issueOne(t *BulkTransfer, out *[]*msg.Message) bool {
-	o := &c.in.opts.Bulk
-	if t.state != xActive || t.next >= t.d.Len {
-		return false
-	}
-	n := min(t.chunk, t.d.Len-t.next)
-	if (t.inflight > 0 && t.inflight+n > int64(o.Window)) ||
-		(c.inflight > 0 && c.inflight+n > int64(o.ContextLimit)) ||
-		!t.acct.takeWindow(c, n, int64(o.ConnLimit)) {
-		return false
-	}
-	*out = append(*out, c.chunkMsg(t, t.next, n))
-	t.askedLocked(t.next, n)
-	t.next += n
-	t.inflight += n
-	c.inflight += n
-	return true
 }
 
 // pumpLocked gives the shared windows to parked transfers, a chunk each
 // in turn, and returns the messages to send per transfer.
 func (c *Context) pumpLocked(sends map[*BulkTransfer][]*msg.Message) {
 	c.pumpDue = false
-	for progress := true; progress && len(c.parked) > 0; {
-		progress = false
-		for _, t := range c.parked {
-			out := sends[t]
-			if c.issueOne(t, &out) {
-				sends[t] = out
-				progress = true
-			}
-		}
+	gs := c.win.Pump(c.grants[:0])
+	for _, g := range gs {
+		t := g.F.Owner
+		sends[t] = append(sends[t], c.grantedLocked(t, g.Pos, g.Len))
 	}
-	keep := c.parked[:0]
-	for _, t := range c.parked {
-		if t.state == xActive && t.next < t.d.Len && len(sends[t]) == 0 {
-			keep = append(keep, t)
-		} else {
-			t.parked = false
-		}
-	}
-	clear(c.parked[len(keep):])
-	c.parked = keep
+	clear(gs)
+	c.grants = gs[:0]
+}
+
+// grantedLocked makes the message of a span of t the windows granted.
+func (c *Context) grantedLocked(t *BulkTransfer, pos, n int64) *msg.Message {
+	t.askedLocked(pos, n)
+	t.acct.add(chXferBytes, n)
+	return c.chunkMsg(t, pos, n)
 }
 
 func (c *Context) chunkMsg(t *BulkTransfer, pos, n int64) *msg.Message {
@@ -578,13 +541,9 @@ func (c *Context) landedLocked(t *BulkTransfer, n int64, sends map[*BulkTransfer
 
 // releaseLocked returns n bytes of t's window to the shared windows.
 func (c *Context) releaseLocked(t *BulkTransfer, n int64) {
-	n = min(n, t.inflight)
-	if n <= 0 {
-		return
+	if r := c.win.Release(&t.fl, n); r > 0 {
+		t.acct.add(chXferBytes, -r)
 	}
-	t.inflight -= n
-	c.inflight -= n
-	t.acct.putWindow(c, n)
 }
 
 func (c *Context) failLocked(t *BulkTransfer, err error) []*BulkTransfer {
@@ -607,9 +566,10 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 	if t.hidx >= 0 {
 		heap.Remove(&c.xdl, t.hidx)
 	}
-	c.releaseLocked(t, t.inflight)
+	r, pumpDue := c.win.End(&t.fl)
+	t.acct.add(chXferBytes, -r)
 	t.acct.dropXfer(t)
-	if len(c.parked) > 0 {
+	if pumpDue {
 		c.pumpDue = true // the window it gave back, or its place in the queue
 		c.endDue.Store(true)
 	}
@@ -782,7 +742,7 @@ type BulkStats struct {
 func (c *Context) BulkStats() BulkStats {
 	c.bmu.Lock()
 	defer c.bmu.Unlock()
-	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.inflight, Parked: len(c.parked), Direct: c.nDirect,
+	return BulkStats{Active: len(c.xfers), Completed: c.nDone, Failed: c.nFailed, Bytes: c.bytes, InFlight: c.win.InFlight(), Parked: c.win.Parked(), Direct: c.nDirect,
 		OverflowHeld: c.ovf.Held(), OverflowWaiting: c.ovf.Waiting(),
 		Eager: c.nProto[Eager].Load(), Segmented: c.nProto[Segmented].Load(), Rendezvous: c.nProto[Rendezvous].Load()}
 }
