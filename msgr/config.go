@@ -98,6 +98,17 @@ type Config struct {
 	// message larger than the bound is accepted on an empty queue).
 	// Default 256 MiB.
 	OutQueueBytes int
+	// SendBudget bounds the payload bytes queued on all the messenger's
+	// connections together; under pressure a connection holding more
+	// than its share is not read from, and Send fails with ErrSendBudget
+	// once the budget is used up (budget.go). Default 512 MiB; negative
+	// disables it.
+	SendBudget int64
+	// SlowConsumerTimeout closes, with ErrSlowConsumer, a connection
+	// that is not read from for holding more than its share of the send
+	// budget and has written nothing for this long. Default 30 s;
+	// negative disables it.
+	SlowConsumerTimeout time.Duration
 
 	// InitialBackoff is the first wait before a lossless connection
 	// retries after a failed attempt (ms_initial_backoff); it doubles up
@@ -154,6 +165,15 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.DispatchQueueLen == 0 {
 		d.DispatchQueueLen = 65536
+	}
+	switch {
+	case d.SendBudget == 0:
+		d.SendBudget = 512 << 20
+	case d.SendBudget < 0:
+		d.SendBudget = 0
+	}
+	if d.SlowConsumerTimeout == 0 {
+		d.SlowConsumerTimeout = 30 * time.Second
 	}
 	if d.OutQueueBytes == 0 {
 		d.OutQueueBytes = 256 << 20

@@ -94,6 +94,8 @@ type Conn struct {
 	lastKeepaliveAck atomic.Int64 // unix ns of the stamp the peer last acked
 	reconnects       atomic.Uint64
 	awaiters         atomic.Int32 // goroutines in Await
+	paused           atomic.Bool  // not read from: over its share of the send budget (budget.go)
+	lastWrite        atomic.Int64 // unix ns (Config.Clock) of the last write that made progress
 
 	priv atomic.Value
 
@@ -169,6 +171,14 @@ func (c *Conn) State() string {
 // Reconnects returns how many times the session has been resumed or
 // restarted on a new socket.
 func (c *Conn) Reconnects() uint64 { return c.reconnects.Load() }
+
+// QueuedBytes returns the payload bytes queued to send on the
+// connection and not yet taken for writing.
+func (c *Conn) QueuedBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outq.bytes
+}
 
 // Err returns why the connection closed, or nil while it is not closed.
 func (c *Conn) Err() error {
@@ -272,6 +282,10 @@ func (c *Conn) Send(m *msg.Message) error {
 	if c.outq.n > 0 && c.outq.bytes+m.Len() > c.m.cfg.OutQueueBytes {
 		c.mu.Unlock()
 		return ErrOutQueueFull
+	}
+	if c.outq.n > 0 && c.m.budget.full(m.Len()) {
+		c.mu.Unlock()
+		return ErrSendBudget
 	}
 	c.outq.push(m)
 	c.tryInline()
@@ -559,6 +573,17 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	dueKA := open && interval > 0 && now.Sub(c.lastKASent) >= interval
 	c.mu.Unlock()
 	if !open || r == nil {
+		return
+	}
+	if c.paused.Load() {
+		// Not read from for its send queue (budget.go): its peer's
+		// silence is ours. It goes if the peer reads nothing either.
+		if sc := c.m.cfg.SlowConsumerTimeout; sc > 0 && now.UnixNano()-c.lastWrite.Load() > int64(sc) {
+			c.m.met.slowConsumer()
+			c.m.log.Warn("msgr: closing a slow consumer", "conn", c.id, "peer", c.PeerName().String(), "idle_write", time.Duration(now.UnixNano()-c.lastWrite.Load()).String())
+			r.fail(ErrSlowConsumer)
+			c.close(ErrSlowConsumer, true)
+		}
 		return
 	}
 	if timeout > 0 && now.UnixNano()-c.lastRecv.Load() > int64(timeout) {

@@ -92,6 +92,11 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		// About to wait for the socket: write what was left for us.
 		c.flushPending(r)
 	}
+	if interruptible && m.budget.pressure() && r.role.isBG() {
+		if err := c.pauseIfOverShare(r); err != nil {
+			return false, err
+		}
+	}
 	if interruptible && fr.br.Buffered() == 0 {
 		if stop, err := r.role.waitFrame(r, fr); stop || err != nil {
 			return stop, err

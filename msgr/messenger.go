@@ -69,8 +69,9 @@ type Messenger struct {
 	globalID   atomic.Uint64
 
 	dq       *DispatchQueue[dispatchItem]
-	dispatch *Throttle // dispatch-bytes throttle
-	hs       *hsGate   // bounds the incoming handshakes
+	dispatch *Throttle  // dispatch-bytes throttle
+	hs       *hsGate    // bounds the incoming handshakes
+	budget   sendBudget // what all connections may hold queued to send (budget.go)
 
 	reg *metrics.Registry
 	met *msgrMetrics
@@ -103,6 +104,7 @@ func New(cfg Config) (*Messenger, error) {
 		dq:            NewDispatchQueue[dispatchItem](c.DispatchQueueLen),
 		dispatch:      NewThrottle("dispatch-bytes", c.DispatchThrottleBytes),
 		hs:            newHSGate(c.MaxHandshakes, c.HandshakeIdleEvict, c.Clock),
+		budget:        sendBudget{limit: c.SendBudget},
 	}
 	m.reg = c.Metrics
 	if m.reg == nil {
@@ -438,6 +440,7 @@ func (m *Messenger) newConn(outgoing bool, p Policy) *Conn {
 		state:    stateConnecting,
 	}
 	c.ctx, c.cancel = context.WithCancel(m.ctx)
+	c.outq.b = &m.budget
 	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.conns[c] = struct{}{}
 	return c

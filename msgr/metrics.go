@@ -27,6 +27,8 @@ import (
 //	reconnects                             sessions resumed or re-established after a socket fault
 //	faults{reason}                         sockets that failed, by reason (see faultReason)
 //	throttle_waits                         received messages that did not get throttle budget at once
+//	read_pauses                            times a connection was not read from for holding more than its share of the send budget
+//	slow_consumer_closes                   connections closed with ErrSlowConsumer
 //	keepalive_rtt_seconds                  round trip of KEEPALIVE2 and its ack (histogram)
 //	connections                            connections the messenger holds (gauge)
 //	out_queue_bytes                        payload bytes queued to send on all connections (gauge)
@@ -42,6 +44,8 @@ type msgrMetrics struct {
 	reconnects    *metrics.Counter
 	faults        metrics.CounterVec
 	throttleWaits *metrics.Counter
+	readPauses    *metrics.Counter
+	slowClosed    *metrics.Counter
 	keepaliveRTT  *metrics.Histogram
 }
 
@@ -75,6 +79,8 @@ func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
 		reconnects:    r.Counter(d("reconnects", "Sessions resumed or re-established after a socket fault.")),
 		faults:        r.CounterVec(d("faults", "Sockets that failed, by reason.", "reason")),
 		throttleWaits: r.Counter(d("throttle_waits", "Received messages that waited for throttle budget before their body was read.")),
+		readPauses:    r.Counter(d("read_pauses", "Times a connection was not read from because it held more than its share of the send budget.")),
+		slowClosed:    r.Counter(d("slow_consumer_closes", "Connections closed because their peer read nothing while they held more than their share of the send budget.")),
 		keepaliveRTT:  r.Histogram(d("keepalive_rtt_seconds", "Round trip of a KEEPALIVE2 and its ack, in seconds.")),
 	}
 	for i := range mm.rows {
@@ -202,6 +208,20 @@ func (mm *msgrMetrics) throttleWait() {
 	}
 }
 
+// readPause counts a connection not read from for its send queue.
+func (mm *msgrMetrics) readPause() {
+	if mm != nil {
+		mm.readPauses.Inc()
+	}
+}
+
+// slowConsumer counts a connection closed with ErrSlowConsumer.
+func (mm *msgrMetrics) slowConsumer() {
+	if mm != nil {
+		mm.slowClosed.Inc()
+	}
+}
+
 // faultReason names why a socket failed, for the faults counter: a
 // small fixed set.
 func faultReason(err error) string {
@@ -221,6 +241,8 @@ func faultReason(err error) string {
 		return "injected"
 	case errors.Is(err, ErrMarkedDown):
 		return "marked_down"
+	case errors.Is(err, ErrSlowConsumer):
+		return "slow_consumer"
 	case errors.As(err, &pe):
 		return "protocol"
 	}

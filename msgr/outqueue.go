@@ -8,8 +8,9 @@ import "github.com/ferrymsg/ferry/msg"
 // Not safe for concurrent use; the Conn's mutex guards it.
 type outQueue struct {
 	prios []prioFIFO
-	n     int // messages queued
-	bytes int // payload bytes queued
+	n     int         // messages queued
+	bytes int         // payload bytes queued
+	b     *sendBudget // the messenger's account of every queue (budget.go)
 }
 
 type prioFIFO struct {
@@ -33,6 +34,7 @@ func (q *outQueue) push(m *msg.Message) {
 	f.q = append(f.q, m)
 	q.n++
 	q.bytes += m.Len()
+	q.b.added(q, m.Len())
 }
 
 // pushFront puts m ahead of everything at its priority (used to requeue).
@@ -63,6 +65,7 @@ func (q *outQueue) pop() *msg.Message {
 			}
 			q.n--
 			q.bytes -= m.Len()
+			q.b.removed(q, m.Len())
 			return m
 		}
 	}

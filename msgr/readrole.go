@@ -206,6 +206,14 @@ func (rr *readRole) parkIdle(r *socketRun) {
 	rr.mu.Unlock()
 }
 
+// isBG reports whether the reader goroutine holds the role: only it
+// pauses for the send budget (a caller in Await reads for itself).
+func (rr *readRole) isBG() bool {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rr.holder == roleBG
+}
+
 // acquireBG waits until the reader goroutine may hold the role again. It
 // returns the error a caller's read ended with, if one did.
 func (rr *readRole) acquireBG(r *socketRun) error {

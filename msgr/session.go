@@ -674,6 +674,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 	}
 	c.mu.Unlock()
 	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
+	c.lastWrite.Store(c.lastRecv.Load())
 	m.log.Debug("socket up", "conn", c.id, "outgoing", c.outgoing, "resumed", r.e.Resumed(), "in_seq", c.inSeq.Load(), "engine_in_seq", r.e.InSeq(),
 		"remote", r.nc.RemoteAddr().String(), "data_crc", r.e.DataCRC())
 	if c.outgoing {

@@ -137,6 +137,7 @@ func (c *Conn) writeLoop(r *socketRun) {
 				return
 			}
 			_, err := w.writeOut(r, true)
+			c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
 			w.done()
 			c.release()
 			if err != nil {
@@ -283,6 +284,7 @@ func (c *Conn) writeInline(r *socketRun) {
 			return
 		}
 		done, err := w.writeOut(r, false)
+		c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
 		if err != nil {
 			w.done()
 			c.release()

@@ -1,0 +1,127 @@
+package msgr
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// The send budget: what every connection of a messenger may hold queued
+// to send, together (issue 18).
+//
+// A connection's out queue is bounded by Config.OutQueueBytes; the
+// messenger's queues together by Config.SendBudget. Once they hold more
+// than half the budget (pressure), a connection holding more than its
+// share (half the budget divided among the connections that have
+// something queued, at least minShare) is not read from: its reader goroutine waits
+// at a frame boundary until the queue is down to half its share or the
+// pressure is gone, so a peer that sends requests and never reads the
+// replies is slowed down in the kernel (its requests wait in its socket
+// buffers) instead of growing the process. A connection paused so is
+// not faulted by its own keepalive timeout (it stopped reading the
+// peer's keepalives itself); if it has written nothing for
+// Config.SlowConsumerTimeout it is closed with ErrSlowConsumer. Send
+// fails with ErrSendBudget when the budget is used up and the
+// connection already has something queued.
+//
+// What a lossless session keeps for replay (messages written but not yet
+// acknowledged) is not queued: it is bounded by what the peer
+// acknowledges, at most the socket buffers' worth beyond what was queued.
+type sendBudget struct {
+	limit  int64        // Config.SendBudget; 0: no budget
+	queued atomic.Int64 // bytes in every connection's out queue
+	active atomic.Int64 // connections with something queued
+}
+
+// minShare is the smallest share of the budget a connection is paused
+// at: a bulk window (2 MiB by default) never is.
+const minShare = 4 << 20
+
+// pauseCheck is how often a paused reader looks at its queue again.
+const pauseCheck = 20 * time.Millisecond
+
+var (
+	// ErrSendBudget: Send found the messenger's send budget used up
+	// (Config.SendBudget). It matches ErrOutQueueFull.
+	ErrSendBudget = fmt.Errorf("%w: the messenger's send budget is used up", ErrOutQueueFull)
+	// ErrSlowConsumer: the connection was closed because its peer read
+	// nothing for Config.SlowConsumerTimeout while the connection held
+	// more than its share of the send budget.
+	ErrSlowConsumer = errors.New("msgr: slow consumer: the peer reads nothing")
+)
+
+func (b *sendBudget) added(q *outQueue, n int) {
+	if b == nil {
+		return
+	}
+	if q.n == 1 {
+		b.active.Add(1)
+	}
+	b.queued.Add(int64(n))
+}
+
+func (b *sendBudget) removed(q *outQueue, n int) {
+	if b == nil {
+		return
+	}
+	if q.n == 0 {
+		b.active.Add(-1)
+	}
+	b.queued.Add(-int64(n))
+}
+
+// pressure reports whether the queues hold more than half the budget.
+func (b *sendBudget) pressure() bool {
+	return b.limit > 0 && b.queued.Load() > b.limit/2
+}
+
+// share is what one connection may hold under pressure: half the budget
+// divided among the connections with something queued, so that reading
+// stops well before Send would have to fail.
+func (b *sendBudget) share() int64 {
+	return max(b.limit/2/max(b.active.Load(), 1), minShare)
+}
+
+// full reports whether adding n bytes would exceed the budget.
+func (b *sendBudget) full(n int) bool {
+	return b.limit > 0 && b.queued.Load()+int64(n) > b.limit
+}
+
+// pauseIfOverShare is called by the reader goroutine at a frame boundary
+// under pressure: it waits while the connection holds more than its
+// share (see above), and returns an error only if the socket or the
+// connection ended meanwhile.
+func (c *Conn) pauseIfOverShare(r *socketRun) error {
+	b := &c.m.budget
+	c.mu.Lock()
+	mine := int64(c.outq.bytes)
+	c.mu.Unlock()
+	if mine <= b.share() {
+		return nil
+	}
+	c.paused.Store(true)
+	defer c.paused.Store(false)
+	c.m.met.readPause()
+	c.m.log.Debug("not reading: the connection holds more than its share of the send budget",
+		"conn", c.id, "queued", mine, "share", b.share())
+	t := c.m.cfg.Clock.NewTimer(pauseCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return net.ErrClosed
+		case <-c.ctx.Done():
+			return net.ErrClosed
+		case <-t.C():
+		}
+		c.mu.Lock()
+		mine = int64(c.outq.bytes)
+		c.mu.Unlock()
+		if !b.pressure() || mine <= b.share()/2 {
+			return nil
+		}
+		t.Reset(pauseCheck)
+	}
+}

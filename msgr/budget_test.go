@@ -1,0 +1,125 @@
+package msgr_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// stuckReader is a client dispatcher that never returns from delivering
+// a reply: its connection's reader goroutine stops reading, as a peer
+// that does not read its replies.
+type stuckReader struct{ release chan struct{} }
+
+func (s *stuckReader) CanFastDispatch(*msg.Message) bool { return true }
+func (s *stuckReader) FastDispatch(m *msg.Message)       { <-s.release; m.Done() }
+func (s *stuckReader) Dispatch(m *msg.Message) bool      { s.FastDispatch(m); return true }
+
+// TestSlowConsumerBounded: a peer sends 64 KiB messages to an echo
+// server and never reads the echoes. The server stops reading from it
+// once it holds more than its share of the send budget (its queues
+// never pass the budget), is not faulted by its keepalive timeout
+// meanwhile, and closes it as a slow consumer; an honest client on
+// another connection is answered throughout.
+func TestSlowConsumerBounded(t *testing.T) {
+	const budget = 16 << 20
+	scfg := msgr.Config{SendBudget: budget, SlowConsumerTimeout: 1500 * time.Millisecond,
+		KeepaliveInterval: 200 * time.Millisecond, KeepaliveTimeout: 500 * time.Millisecond}
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)
+
+	hcfg := msgr.Config{Transports: transport.Default, Logger: quietLogger(), KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour}
+	hostile, err := msgr.New(hcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckReader{release: make(chan struct{})}
+	defer close(stuck.release)
+	hostile.AddDispatcherTail(stuck)
+	if err := hostile.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostile.Shutdown)
+	hconn, err := hostile.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	honest, col := newClient(t, transport.Default, msgr.Config{})
+	oconn, err := honest.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The flood: 600 × 64 KiB (37.5 MiB) queued at once on the hostile
+	// side; its writer pushes them as fast as the server reads.
+	data := make([]byte, 64<<10)
+	for i := range 600 {
+		m := msg.New(testType)
+		m.Header.Tid = uint64(i)
+		m.Data = msg.Buffers{data}
+		if err := hconn.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var n int64
+			for _, c := range s.Conns() {
+				n += int64(c.QueuedBytes())
+			}
+			if n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+
+	deadline := time.Now().Add(20 * time.Second)
+	snap := func(name string) float64 { sn := s.Metrics().Snapshot(); return sn.Total(name) }
+	for tid := uint64(1); snap("ferry_msgr_slow_consumer_closes") == 0; tid++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no slow-consumer close within 20 s (read pauses %v, faults %v)",
+				snap("ferry_msgr_read_pauses"), snap("ferry_msgr_faults"))
+		}
+		m := msg.New(testType)
+		m.Header.Tid = tid
+		if err := oconn.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r := recv(t, col.ch)
+		if r.Header.Tid != tid {
+			t.Fatalf("honest echo tid %d, want %d", r.Header.Tid, tid)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("honest echo took %v during the flood", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	<-sampled
+	sn := s.Metrics().Snapshot()
+	if v := sn.Total("ferry_msgr_read_pauses"); v < 1 {
+		t.Fatalf("read_pauses %v: the server never stopped reading", v)
+	}
+	if v, _ := sn.Value("ferry_msgr_faults", "keepalive_timeout"); v != 0 {
+		t.Fatalf("%v keepalive timeouts: a paused connection was faulted for its own silence", v)
+	}
+	if p := peak.Load(); p > budget {
+		t.Fatalf("the server's queues held %d bytes, over the %d budget", p, budget)
+	}
+	t.Logf("peak queued %.1f MiB of a %d MiB budget", float64(peak.Load())/(1<<20), budget>>20)
+}
