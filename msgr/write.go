@@ -118,18 +118,12 @@ func (c *Conn) writeLoop(r *socketRun) {
 				}
 				c.mu.Lock()
 			}
-			if !c.collectLocked(w, r.e) {
-				c.owner = ownNone
-				c.mu.Unlock()
-				break
-			}
-			c.owner = ownWriter
-			c.mu.Unlock()
-			if err := w.takeEncErr(); err != nil {
-				w.done()
-				c.release()
-				r.fail(err)
+			ok, failed := c.nextBatchLocked(r, ownWriter)
+			if failed {
 				return
+			}
+			if !ok {
+				break
 			}
 			if inj > 0 && injectHit(inj) {
 				c.release()
@@ -263,6 +257,29 @@ func (c *Conn) tryInline() {
 	c.writeInline(r)
 }
 
+// nextBatchLocked collects the next batch into c.ws for owner, who then
+// owns the write side. c.mu is held on entry and released on return. It
+// reports ok=false, with the side released, when there is nothing to
+// write, and failed=true as well when the batch could not be encoded
+// (secure mode out of nonces), after failing r.
+func (c *Conn) nextBatchLocked(r *socketRun, owner uint8) (ok, failed bool) {
+	w := &c.ws
+	if !c.collectLocked(w, r.e) {
+		c.owner = ownNone
+		c.mu.Unlock()
+		return false, false
+	}
+	c.owner = owner
+	c.mu.Unlock()
+	if err := w.takeEncErr(); err != nil {
+		w.done()
+		c.release()
+		r.fail(err)
+		return false, true
+	}
+	return true, false
+}
+
 // writeInline writes what is queued from the calling goroutine, batch by
 // batch, each with one non-blocking write or writev, while the socket
 // takes them whole. c.mu is held on entry, with the write side free and r
@@ -270,17 +287,7 @@ func (c *Conn) tryInline() {
 func (c *Conn) writeInline(r *socketRun) {
 	w := &c.ws
 	for round := 0; ; round++ {
-		if !c.collectLocked(w, r.e) {
-			c.owner = ownNone
-			c.mu.Unlock()
-			return
-		}
-		c.owner = ownInline
-		c.mu.Unlock()
-		if err := w.takeEncErr(); err != nil {
-			w.done()
-			c.release()
-			r.fail(err)
+		if ok, _ := c.nextBatchLocked(r, ownInline); !ok {
 			return
 		}
 		done, err := w.writeOut(r, false)

@@ -289,34 +289,11 @@ type ContextOptions struct {
 }
 
 // Clock is a source of time: the system clock or a fake one in tests.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// NewTimer returns a timer that fires once after d.
-	NewTimer(d time.Duration) Timer
-}
+// It is msgr's (msgr.Clock), so one clock can drive both layers.
+type Clock = msgr.Clock
 
-// Timer is a Clock's timer.
-type Timer interface {
-	// C delivers the time when the timer fires.
-	C() <-chan time.Time
-	// Stop stops the timer; it reports whether it was running.
-	Stop() bool
-	// Reset makes the timer fire after d, as time.Timer.Reset.
-	Reset(d time.Duration)
-}
+// Timer is a Clock's timer (msgr.Timer).
+type Timer = msgr.Timer
 
-// SystemClock is the system's clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a time.Timer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
-
-type sysTimer struct{ t *time.Timer }
-
-func (t sysTimer) C() <-chan time.Time   { return t.t.C }
-func (t sysTimer) Stop() bool            { return t.t.Stop() }
-func (t sysTimer) Reset(d time.Duration) { t.t.Reset(d) }
+// SystemClock is the system's clock (msgr.SystemClock).
+type SystemClock = msgr.SystemClock
