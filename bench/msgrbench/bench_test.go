@@ -439,6 +439,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Run("impl=ferry-await", func(b *testing.B) { benchFerryAwait(b, getPeer(b).conn, sz.n, 1, true, true) })
 			b.Run("impl=ferry-fast-nocrc", func(b *testing.B) { benchFerryOn(b, getPeer(b).connNC, sz.n, 1, true) })
 			b.Run("impl=ferry-fast-secure", func(b *testing.B) { benchFerryOn(b, getPeer(b).connSec, sz.n, 1, true) })
+			b.Run("impl=ferry-await-secure", func(b *testing.B) { benchFerryAwait(b, getPeer(b).connSec, sz.n, 1, true, true) })
 		})
 	}
 }
