@@ -158,7 +158,16 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return err
 		}
+		// Add under mu, after checking closed: Close sets closed under mu
+		// before it waits, so no Add can race with its Wait.
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
 		s.conns.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.conns.Done()
 			defer c.Close()
