@@ -65,6 +65,18 @@ func newAwaitClient(t *testing.T, cfg msgr.Config) (*msgr.Messenger, *awaitClien
 	return c, a
 }
 
+// awaitPair connects a new awaitClient to a new TCP echo server.
+func awaitPair(t *testing.T) (*msgr.Conn, *awaitClient) {
+	t.Helper()
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
+	c, a := newAwaitClient(t, msgr.Config{})
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, a
+}
+
 // awaitReply sends tid and waits for its echo in Await.
 func awaitReply(t *testing.T, conn *msgr.Conn, a *awaitClient, tid uint64) *msg.Message {
 	t.Helper()
@@ -95,12 +107,7 @@ func awaitReply(t *testing.T, conn *msgr.Conn, a *awaitClient, tid uint64) *msg.
 // its message reads it itself; the reply is delivered on that goroutine,
 // not on the connection's reader goroutine (the hand-off Await saves).
 func TestAwaitReadsInCaller(t *testing.T) {
-	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
-	c, a := newAwaitClient(t, msgr.Config{})
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, a := awaitPair(t)
 	me := goid()
 	const n = 200
 	mine := 0
@@ -137,12 +144,7 @@ func TestAwaitReadsInCaller(t *testing.T) {
 // TestAwaitContextEnds: Await returns ctx's error when nothing comes, and
 // the connection keeps delivering afterwards.
 func TestAwaitContextEnds(t *testing.T) {
-	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
-	c, a := newAwaitClient(t, msgr.Config{})
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, a := awaitPair(t)
 	awaitReply(t, conn, a, 1)
 	never := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -163,12 +165,7 @@ func TestAwaitContextEnds(t *testing.T) {
 // TestAwaitNudge: done made ready by another goroutine, followed by
 // Nudge, ends an Await that is blocked reading the socket.
 func TestAwaitNudge(t *testing.T) {
-	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
-	c, a := newAwaitClient(t, msgr.Config{})
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, a := awaitPair(t)
 	awaitReply(t, conn, a, 1)
 	done := make(chan struct{}, 1)
 	go func() {
@@ -322,12 +319,7 @@ func TestIdleReaderParks(t *testing.T) {
 // TestAwaitConnectionCloses: Await returns an error matching ErrClosed
 // when its connection closes for good, whether it was reading or not.
 func TestAwaitConnectionCloses(t *testing.T) {
-	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
-	c, a := newAwaitClient(t, msgr.Config{})
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, a := awaitPair(t)
 	awaitReply(t, conn, a, 1)
 	go func() {
 		time.Sleep(20 * time.Millisecond) // let Await block in its read
