@@ -95,6 +95,7 @@ type Conn struct {
 	reconnects       atomic.Uint64
 	awaiters         atomic.Int32 // goroutines in Await
 	paused           atomic.Bool  // not read from: over its share of the send budget (budget.go)
+	holds            connHolds    // its accounts at the receive throttles (throttle.go)
 	lastWrite        atomic.Int64 // unix ns (Config.Clock) of the last write that made progress
 
 	priv atomic.Value

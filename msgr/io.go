@@ -450,50 +450,6 @@ func (c *Conn) placeData(placers []DataPlacer, h *msg.Header, front []byte, data
 	return nil, nil
 }
 
-// takeBudget takes one message and size bytes from the policy throttles
-// and size bytes from the dispatch throttle, in Ceph's order, waiting as
-// long as the connection is open. Before it waits it writes what the
-// reader was left to write (the answers of the messages whose dispatch
-// returns the budget may be among it).
-// It reports whether it had to wait (the message's ThrottleStamp is then
-// taken after the wait).
-func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) (waited bool, err error) {
-	if p.ThrottleMessages.TryGet(1) {
-		if p.ThrottleBytes.TryGet(size) {
-			if c.m.dispatch.TryGet(size) {
-				return false, nil
-			}
-			p.ThrottleBytes.Put(size)
-		}
-		p.ThrottleMessages.Put(1)
-	}
-	c.m.met.throttleWait()
-	if c.ws.pending.Load() {
-		c.flushPending(r)
-	}
-	if err := p.ThrottleMessages.Get(c.ctx, 1); err != nil {
-		return true, err
-	}
-	if err := p.ThrottleBytes.Get(c.ctx, size); err != nil {
-		p.ThrottleMessages.Put(1)
-		return true, err
-	}
-	if err := c.m.dispatch.Get(c.ctx, size); err != nil {
-		p.ThrottleBytes.Put(size)
-		p.ThrottleMessages.Put(1)
-		return true, err
-	}
-	return true, nil
-}
-
-// putBudget returns what takeBudget took (nothing if size is 0).
-func (c *Conn) putBudget(p *Policy, size int64) {
-	if size == 0 {
-		return
-	}
-	c.m.release(dispatchItem{kind: itemMessage, c: c, pol: p, bytes: size})
-}
-
 // deliver fast-dispatches a received message or queues it for the
 // dispatch goroutine; budget is the throttle budget it holds, returned
 // once it has been dispatched.

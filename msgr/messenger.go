@@ -587,9 +587,11 @@ func (m *Messenger) release(it dispatchItem) {
 	if it.kind != itemMessage {
 		return
 	}
-	m.dispatch.Put(it.bytes)
-	it.pol.ThrottleBytes.Put(it.bytes)
-	it.pol.ThrottleMessages.Put(1)
+	var h *connHolds
+	if it.c != nil {
+		h = &it.c.holds
+	}
+	h.put(m, it.pol, it.bytes)
 }
 
 // timerLoop sends keepalives and faults silent connections.

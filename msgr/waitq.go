@@ -78,6 +78,10 @@ func (q *waitQueue[P]) enqueue(v P) *waiter[P] {
 // front returns the waiter at the head, or nil if none waits.
 func (q *waitQueue[P]) front() *waiter[P] { return q.head }
 
+// next returns the waiter queued after w, or nil: owners that serve
+// waiters in an order of their own walk the queue with front and next.
+func (q *waitQueue[P]) next(w *waiter[P]) *waiter[P] { return w.next }
+
 // len returns the number of waiters queued.
 func (q *waitQueue[P]) len() int { return q.n }
 
