@@ -30,7 +30,8 @@ const (
 	offHead     = 64  // + 128*ring: bytes ever written to the ring
 	offTail     = 128 // + 128*ring: bytes ever read from the ring
 	offClosed   = 320 // + 64*side: nonzero once the side closed
-	offWake     = 448 // + 64*side: nonzero while the side may sleep
+	offWake     = 448 // + 64*side: nonzero while the side may sleep waiting for bytes
+	offWakeRoom = 576 // + 64*side: nonzero while the side may sleep waiting for room (version 2)
 )
 
 // Memory ordering. Each ring has one producer and one consumer. Head is
@@ -48,7 +49,9 @@ const (
 // mapping the same pages; so a side never reads bytes that were not
 // fully written nor overwrites bytes not yet read.
 //
-// Sleeping uses the Dekker pattern, which needs a full barrier between
+// Sleeping uses the Dekker pattern (per direction: a reader sleeps on
+// its wake flag for bytes, a writer on its flag for room), which needs a
+// full barrier between
 // each side's store and its following load (see publish): a side
 // about to sleep stores its wake flag and then re-checks the ring; a side
 // that made progress stores head, tail or its closed flag and then loads
@@ -85,7 +88,8 @@ type Conn struct {
 
 	outHead, outTail, inHead, inTail *atomic.Uint64
 	myClosed, peerClosed             *atomic.Uint64
-	myWake, peerWake                 *atomic.Uint64
+	myWake, peerWake                 *atomic.Uint64 // waiting for bytes to read
+	myRoom, peerRoom                 *atomic.Uint64 // waiting for room to write
 
 	sock *net.UnixConn // kept open to notice the peer's death
 	pid  int           // the peer's process ID (SO_PEERCRED); 0 if not known
@@ -136,6 +140,8 @@ func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerF
 		peerClosed: word(mem, offClosed+64*other),
 		myWake:     word(mem, offWake+64*side),
 		peerWake:   word(mem, offWake+64*other),
+		myRoom:     word(mem, offWakeRoom+64*side),
+		peerRoom:   word(mem, offWakeRoom+64*other),
 		own:        os.NewFile(uintptr(ownFD), "shm-eventfd"),
 		peer:       os.NewFile(uintptr(peerFD), "shm-eventfd-peer"),
 	}
@@ -211,18 +217,27 @@ func (c *Conn) broadcast() {
 	}
 }
 
-// notify wakes the peer if it said it may sleep. Call after publishing
-// progress, with readMu or writeMu held (so the mapping and the peer's
-// eventfd are still open).
-func (c *Conn) notify() {
-	if c.peerWake.Load() != 0 && c.peerWake.Swap(0) != 0 {
+// notify wakes the peer if it said it may sleep waiting for what this
+// side just published: flag is peerWake after bytes were written,
+// peerRoom after they were read. Call after publishing, with readMu or
+// writeMu held (so the mapping and the peer's eventfd are still open).
+//
+// The two flags are apart so that a reader draining a large write does
+// not wake the writer's peer at every chunk while that peer only waits
+// for its reply (which it did with one flag, twice per 64 KiB chunk of
+// a 1 MiB message: an eventfd write here, a wake-up there).
+func (c *Conn) notify(flag *atomic.Uint64) {
+	if flag.Load() != 0 && flag.Swap(0) != 0 {
 		c.peer.Write(c.wakeBuf[:]) // an error means the peer is gone, which the monitor reports
 	}
 }
 
 // wait sleeps until a wake-up from the peer, a broadcast, or the
 // deadline dl (Unix nanoseconds, 0 for none); ready() is checked after
-// the wake flag is up.
+// the wake flag (myWake for a Read, myRoom for a Write) is up, and the
+// flag is down again when wait returns. g is the broadcast count the
+// caller loaded before it read the deadline: wait returns at once if a
+// broadcast came since.
 //
 // One waiter at a time, the poller, sleeps in a read of this side's
 // eventfd, in the netpoller: the peer's write to it makes the poller's
@@ -231,15 +246,15 @@ func (c *Conn) notify() {
 // microseconds on a small VM). A second waiter (a Write waiting for room
 // while a Read waits for bytes) waits for the broadcast the poller makes
 // when it returns, and then polls itself if it still has to wait.
-func (c *Conn) wait(dl int64, ready func() bool) {
-	g := c.gen.Load()
+func (c *Conn) wait(g uint64, dl int64, ready func() bool, flag *atomic.Uint64) {
 	c.mu.Lock()
 	if c.changed == nil {
 		c.changed = make(chan struct{})
 	}
 	ch := c.changed
 	c.mu.Unlock()
-	publish(c.myWake, 1)
+	publish(flag, 1)
+	defer flag.Store(0) // awake: the peer need not write the eventfd
 	if ready() || c.closed.Load() || c.broken.Load() {
 		return
 	}
@@ -249,10 +264,12 @@ func (c *Conn) wait(dl int64, ready func() bool) {
 		if c.gen.Load() == g {
 			c.poll(dl)
 		}
-		c.myWake.Store(0) // awake: the peer need not write the eventfd
 		c.polling.Store(false)
 		c.broadcast() // a waiter on the channel rechecks, and polls if it must
 		return
+	}
+	if c.gen.Load() != g {
+		return // ch may be newer than the broadcast
 	}
 	if dl == 0 {
 		<-ch
@@ -282,23 +299,38 @@ func (c *Conn) poll(dl int64) {
 }
 
 // spinUntil polls ready c.spin.polls times, and then on until the
-// time since from (Unix nanoseconds) reaches d.
-func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration) bool {
+// time since from (Unix nanoseconds) reaches d; it gives up early when a
+// broadcast (a new deadline, Close, the peer's death) follows g.
+//
+// Every 64th poll yields the processor, to the process's other
+// goroutines and, with sched_yield, to other threads: on a small
+// machine the thread that will make ready true (the peer's, copying a
+// large write in) is often queued on this very CPU, where the kernel put
+// it when it woke it; a spin that does not yield the thread then delays
+// what it waits for by its whole length (1 MiB round trip over shm in one
+// process, 2 vCPUs shared with other work, 3 rounds: 345-425 us without,
+// 141-255 us with).
+func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration, g uint64) bool {
 	for i := 0; ; i++ {
 		if ready() {
 			return true
 		}
 		if i%64 == 63 {
-			if i >= c.spin.polls && (d <= 0 || time.Now().UnixNano()-from >= int64(d)) {
+			if c.gen.Load() != g || i >= c.spin.polls && (d <= 0 || time.Now().UnixNano()-from >= int64(d)) {
 				return false
 			}
 			runtime.Gosched()
+			osYield()
 		}
 		if c.spin.polls == 0 {
 			return false
 		}
 	}
 }
+
+// osYield gives this thread's CPU to another runnable thread, if any
+// (sched_yield(2); it does not block).
+func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // adaptRead sets the adaptive read spin after a wait of w: up to twice
 // a wait that ended within the bound, decaying by 1/8 per wait; halved
@@ -313,6 +345,12 @@ func (c *Conn) adaptRead(w time.Duration) {
 	}
 	c.rspin = max(c.rspin-c.rspin/8, min(2*w, c.spin.max))
 }
+
+// copyChunk is how many bytes put and take copy before they publish
+// them (and wake the peer if it sleeps): the peer starts copying a large
+// write out of the ring while the rest is still being copied in, rather
+// than after, and a sleeping peer's wake-up overlaps the copy.
+const copyChunk = 64 << 10
 
 func (c *Conn) readable() bool {
 	return c.inHead.Load() != c.inTail.Load() || c.peerClosed.Load() != 0
@@ -341,6 +379,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		case c.broken.Load():
 			return 0, c.opError("read", errPeerLost)
 		}
+		g := c.gen.Load() // before the deadline: a new one is then seen, or broadcasts after g
 		dl := c.rdl.Load()
 		if expired(dl) {
 			return 0, c.opError("read", os.ErrDeadlineExceeded)
@@ -355,7 +394,6 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", err)
 		}
 		if n > 0 {
-			c.notify()
 			if since != 0 {
 				c.adaptRead(time.Duration(time.Now().UnixNano() - since))
 			}
@@ -369,15 +407,16 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			if c.spinUntil(c.readable, since, c.rspin) {
+			if c.spinUntil(c.readable, since, c.rspin, g) || c.gen.Load() != g {
 				continue
 			}
 		}
-		c.wait(dl, c.readable)
+		c.wait(g, dl, c.readable, c.myWake)
 	}
 }
 
-// take copies readable bytes into b and releases their space.
+// take copies readable bytes into b and releases their space, a
+// copyChunk at a time, waking the peer if it waits for room.
 func (c *Conn) take(b []byte) (int, error) {
 	tail := c.inTail.Load()
 	avail := c.inHead.Load() - tail
@@ -388,10 +427,15 @@ func (c *Conn) take(b []byte) (int, error) {
 		return 0, errCorrupt
 	}
 	n := min(uint64(len(b)), avail)
-	off := tail & c.mask
-	k := copy(b[:n], c.in[off:])
-	copy(b[k:n], c.in)
-	publish(c.inTail, tail+n)
+	for done := uint64(0); done < n; {
+		k := min(n-done, copyChunk)
+		off := (tail + done) & c.mask
+		m := uint64(copy(b[done:done+k], c.in[off:]))
+		copy(b[done+m:done+k], c.in)
+		done += k
+		publish(c.inTail, tail+done)
+		c.notify(c.peerRoom)
+	}
 	return int(n), nil
 }
 
@@ -414,6 +458,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		case c.peerClosed.Load() != 0:
 			return n, c.opError("write", syscall.EPIPE)
 		}
+		g := c.gen.Load()
 		dl := c.wdl.Load()
 		if expired(dl) {
 			return n, c.opError("write", os.ErrDeadlineExceeded)
@@ -428,7 +473,6 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if k > 0 {
 			n += k
-			c.notify()
 			if n == len(b) {
 				// Done, even if the peer read it all and closed since.
 				return n, nil
@@ -438,15 +482,16 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		if !spun {
 			spun = true
-			if c.spinUntil(c.writable, 0, 0) {
+			if c.spinUntil(c.writable, 0, 0, g) || c.gen.Load() != g {
 				continue
 			}
 		}
-		c.wait(dl, c.writable)
+		c.wait(g, dl, c.writable, c.myRoom)
 	}
 }
 
-// put copies as much of p as fits into the ring and publishes it.
+// put copies as much of p as fits into the ring and publishes it, a
+// copyChunk at a time, waking the peer if it waits for bytes.
 func (c *Conn) put(p []byte) (int, error) {
 	head := c.outHead.Load()
 	used := head - c.outTail.Load()
@@ -457,10 +502,15 @@ func (c *Conn) put(p []byte) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	off := head & c.mask
-	k := copy(c.out[off:], p[:n])
-	copy(c.out, p[k:n])
-	publish(c.outHead, head+n)
+	for done := uint64(0); done < n; {
+		k := min(n-done, copyChunk)
+		off := (head + done) & c.mask
+		m := uint64(copy(c.out[off:], p[done:done+k]))
+		copy(c.out, p[done+m:done+k])
+		done += k
+		publish(c.outHead, head+done)
+		c.notify(c.peerWake)
+	}
 	return int(n), nil
 }
 

@@ -92,9 +92,9 @@ const defaultHandshakeTimeout = 5 * time.Second
 // Wire constants; append only.
 const (
 	helloMagic   = 0x314d48535952461b // "\x1bFRYSHM1" little-endian
-	helloVersion = 1
-	helloLen     = 24 // magic u64, version u32, pid u32, ring size u64
-	helloFDs     = 3  // memfd, dialer's eventfd, listener's eventfd
+	helloVersion = 2                  // 2: a second wake flag per side (offWakeRoom)
+	helloLen     = 24                 // magic u64, version u32, pid u32, ring size u64
+	helloFDs     = 3                  // memfd, dialer's eventfd, listener's eventfd
 )
 
 // sizeSeals are the memfd seals that fix the mapping's size.

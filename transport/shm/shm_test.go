@@ -628,3 +628,37 @@ func TestAdaptiveSpin(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineStopsSpin checks that a deadline set while a Read or a
+// Write spins (here for ever: a huge Options.Spin) ends it at once,
+// rather than when the spin runs out.
+func TestDeadlineStopsSpin(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: 1 << 50}), sockAddr(t))
+	_ = s
+	for _, op := range []struct {
+		name string
+		set  func(time.Time) error
+		run  func() error
+	}{
+		{"read", c.SetReadDeadline, func() error { _, err := c.Read(make([]byte, 16)); return err }},
+		{"write", c.SetWriteDeadline, func() error { _, err := c.Write(make([]byte, 4*MinRingSize)); return err }},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- op.run() }()
+		time.Sleep(20 * time.Millisecond) // let it spin
+		start := time.Now()
+		op.set(time.Now())
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("%s: got %v, want a deadline error", op.name, err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("%s returned %v after its deadline", op.name, d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s spins on past its deadline", op.name)
+		}
+	}
+}
