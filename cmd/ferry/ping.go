@@ -26,7 +26,7 @@ const maxPingSize = 256 << 20
 func runPing(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "ping")
 	count := fs.Int("count", 10, "number of pings to send")
-	size := fs.Int("size", 0, "bytes of data in each ping's data segment; the peer must echo them (use 0 for a Ceph mon)")
+	size := newSizeFlag(fs, "size", 0, "`BYTES` of data in each ping's data segment, with an optional K or M suffix (1M is 1048576); the peer must echo them (use 0 for a Ceph mon)")
 	inflight := fs.Int("inflight", 1, "maximum pings outstanding at once on the connection")
 	interval := fs.Duration("interval", 0, "pace the pings to one per interval on average (0: as fast as the window allows); a late start is caught up by at most --inflight pings at once")
 	verify := fs.Bool("verify", false, "tag each ping's data with its own counter (--size is raised to 8) and check the echoes: report lost, duplicated and reordered pings; ride out connection resets whatever the policy")
@@ -35,6 +35,7 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	mflags := addMsgrFlags(fs, "lossy-client")
 	af := addAuthFlags(fs)
+	prof := addProfileFlags(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
@@ -91,7 +92,14 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	if !*asJSON {
 		fmt.Fprintf(e.stdout, "PING %s (%s): %d pings, %d data bytes each, %d in flight, policy %s\n", addr, peer, opts.Count, opts.Size, opts.Inflight, mopts.PolicyName)
 	}
+	stopProf, err := prof.start()
+	if err != nil {
+		stopProf()
+		fmt.Fprintf(e.stderr, "ferry ping: %v\n", err)
+		return exitError
+	}
 	res := pc.run(ctx, opts)
+	stopProf()
 	rep := newPingReport(res, opts, addr, peer)
 	rep.Policy = mopts.PolicyName
 	if *asJSON {
