@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ferrymsg/ferry/auth/cephx"
 	"github.com/ferrymsg/ferry/rpc"
 )
 
@@ -99,6 +101,8 @@ type peer struct {
 
 	ferryAddr, rawAddr, grpcAddr string
 	ferryUnix                    string // the ferry server's Unix-socket address
+	ferrySecure                  string // the cephx, secure-mode-only instance (secure_test.go)
+	osdKey                       cephx.Key
 
 	fi  *rpc.Instance
 	fc  *rpc.Context // manual progress (ferry-send)
@@ -128,8 +132,13 @@ func (p *peer) start() error {
 	if err != nil {
 		return err
 	}
+	// The OSD service key the secure instance verifies tickets with
+	// (secure_server.go); the client's ticket is sealed with it.
+	if p.osdKey, err = cephx.GenerateKey(crand.Reader, time.Now()); err != nil {
+		return err
+	}
 	p.cmd = exec.Command(exe)
-	p.cmd.Env = append(os.Environ(), envRole+"=server")
+	p.cmd.Env = append(os.Environ(), envRole+"=server", EnvOSDKey+"="+p.osdKey.String())
 	p.cmd.Stderr = os.Stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		return err
@@ -142,7 +151,7 @@ func (p *peer) start() error {
 		return err
 	}
 	p.out = bufio.NewReader(stdout)
-	for range 3 {
+	for range 4 {
 		line, err := p.readLine(20 * time.Second)
 		if err != nil {
 			return fmt.Errorf("reading server addresses: %w", err)
@@ -162,6 +171,8 @@ func (p *peer) start() error {
 			p.rawAddr = v
 		case "grpc":
 			p.grpcAddr = v
+		case "ferry-secure":
+			p.ferrySecure = v
 		default:
 			return fmt.Errorf("unexpected server line %q", line)
 		}

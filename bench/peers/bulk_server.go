@@ -195,11 +195,12 @@ const (
 type bulkServer struct {
 	n *atomic.Uint64
 
-	src, dst, sink          *rpc.Bulk
 	srcBuf, dstBuf, sinkBuf []byte
+	bulkRegs                // the buffers registered on the first instance
+	info                    BulkInfo
 
 	bigMu sync.Mutex
-	big   *BulkInfo // OpBulkBig's answer, once allocated
+	big   map[*rpc.Instance]*BulkInfo // OpBulkBig's answer per instance, once allocated
 
 	rl     net.Listener
 	mu     sync.Mutex
@@ -216,16 +217,10 @@ type bulkServer struct {
 // the bulk gRPC server, the latter also on a Unix socket in dir; n
 // counts the operations they serve.
 func startBulk(fi *rpc.Instance, n *atomic.Uint64, dir string) (_ *bulkServer, err error) {
-	s := &bulkServer{n: n, conns: map[net.Conn]struct{}{}}
+	s := &bulkServer{n: n, conns: map[net.Conn]struct{}{}, big: map[*rpc.Instance]*BulkInfo{}}
 	s.srcBuf, s.dstBuf, s.sinkBuf = make([]byte, BulkMax), make([]byte, BulkMax), make([]byte, BulkMax)
 	Pattern(s.srcBuf, seedServer)
-	if s.src, err = fi.NewBulk([][]byte{s.srcBuf}, rpc.BulkRO); err != nil {
-		return nil, err
-	}
-	if s.dst, err = fi.NewBulk([][]byte{s.dstBuf}, rpc.BulkWO); err != nil {
-		return nil, err
-	}
-	if s.sink, err = fi.NewBulk([][]byte{s.sinkBuf}, rpc.BulkWO); err != nil {
+	if s.bulkRegs, err = s.register(fi); err != nil {
 		return nil, err
 	}
 	if s.rl, err = listenTCP(); err != nil {
@@ -241,8 +236,9 @@ func startBulk(fi *rpc.Instance, n *atomic.Uint64, dir string) (_ *bulkServer, e
 		s.gl.Close()
 		return nil, err
 	}
-	info := &BulkInfo{Src: s.src.Handle(), Dst: s.dst.Handle(), Raw: s.rl.Addr().String(), GRPC: s.gl.Addr().String(), GRPCUnix: "unix://" + gpath}
-	if err := fi.Register(s.protocol(info)); err != nil {
+	s.info = BulkInfo{Src: s.src.Handle(), Dst: s.dst.Handle(), Raw: s.rl.Addr().String(), GRPC: s.gl.Addr().String(), GRPCUnix: "unix://" + gpath}
+	info := s.info
+	if err := fi.Register(s.protocol(&info, s.bulkRegs)); err != nil {
 		s.rl.Close()
 		s.gl.Close()
 		s.gu.Close()
@@ -264,6 +260,37 @@ func startBulk(fi *rpc.Instance, n *atomic.Uint64, dir string) (_ *bulkServer, e
 	return s, nil
 }
 
+// bulkRegs are the server's three buffers as registered on one ferry
+// instance.
+type bulkRegs struct{ src, dst, sink *rpc.Bulk }
+
+// register registers the server's buffers on fi: the GET source
+// read-only, the PUT and OpBulkWrite targets write-only.
+func (s *bulkServer) register(fi *rpc.Instance) (r bulkRegs, err error) {
+	if r.src, err = fi.NewBulk([][]byte{s.srcBuf}, rpc.BulkRO); err != nil {
+		return r, err
+	}
+	if r.dst, err = fi.NewBulk([][]byte{s.dstBuf}, rpc.BulkWO); err != nil {
+		return r, err
+	}
+	r.sink, err = fi.NewBulk([][]byte{s.sinkBuf}, rpc.BulkWO)
+	return r, err
+}
+
+// serveOn serves the bulk protocol on a second instance fi (whose first
+// context must have Auto progress) from the same buffers, registered on
+// fi: its OpBulkInfo answers fi's handles and the same raw and gRPC
+// addresses.
+func (s *bulkServer) serveOn(fi *rpc.Instance) error {
+	regs, err := s.register(fi)
+	if err != nil {
+		return err
+	}
+	info := s.info
+	info.Src, info.Dst = regs.src.Handle(), regs.dst.Handle()
+	return fi.Register(s.protocol(&info, regs))
+}
+
 func (s *bulkServer) close() {
 	s.gs.Stop()
 	s.mu.Lock()
@@ -282,27 +309,28 @@ func (s *bulkServer) close() {
 // progress) replies. OpBulkInfo and OpBulkCheck do not block and run
 // Inline (OpBulkCheck on the reader goroutine of the connection that put
 // the bytes, so that it sees them).
-func (s *bulkServer) protocol(info *BulkInfo) rpc.Protocol {
+func (s *bulkServer) protocol(info *BulkInfo, regs bulkRegs) rpc.Protocol {
 	return rpc.Protocol{Name: "peers-bulk", Base: 4, Version: 0, RPCs: []rpc.RPC{
 		{Name: "info", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
 			return r.Reply(info)
 		}},
-		{Name: "write", Handler: s.write},
+		{Name: "write", Handler: func(r *rpc.Incoming) error { return s.write(r, regs.sink) }},
 		{Name: "check", Flags: rpc.Inline, Handler: s.check},
 		{Name: "big", Handler: s.bigBuffers},
 	}}
 }
 
 // bigBuffers answers OpBulkBig, allocating the large source (filled, so
-// that every page is real) and target on the first call.
+// that every page is real) and target on the instance's first call.
 func (s *bulkServer) bigBuffers(r *rpc.Incoming) error {
 	s.bigMu.Lock()
 	defer s.bigMu.Unlock()
-	if s.big == nil {
+	fi := r.Target().Instance()
+	big := s.big[fi]
+	if big == nil {
 		src, dst := make([]byte, BulkBig), make([]byte, BulkBig)
 		Pattern(src, seedServer)
 		clear(dst)
-		fi := r.Target().Instance()
 		hs, err := fi.NewBulk([][]byte{src}, rpc.BulkRO)
 		if err != nil {
 			return err
@@ -312,9 +340,10 @@ func (s *bulkServer) bigBuffers(r *rpc.Incoming) error {
 			hs.Free()
 			return err
 		}
-		s.big = &BulkInfo{Src: hs.Handle(), Dst: hd.Handle()}
+		big = &BulkInfo{Src: hs.Handle(), Dst: hd.Handle()}
+		s.big[fi] = big
 	}
-	return r.Reply(s.big)
+	return r.Reply(big)
 }
 
 // check answers OpBulkCheck: the CRC32-C of the first N bytes of a
@@ -337,17 +366,19 @@ func (s *bulkServer) check(r *rpc.Incoming) error {
 	return r.Reply(U32(CRC32C(b[:in.N])))
 }
 
-func (s *bulkServer) write(r *rpc.Incoming) error {
+// write answers OpBulkWrite: a GET of the client's bytes into sink (the
+// sink buffer as registered on the request's instance).
+func (s *bulkServer) write(r *rpc.Incoming, sink *rpc.Bulk) error {
 	var in BulkWriteIn
 	if err := r.Decode(&in); err != nil {
 		return err
 	}
-	if in.N < 0 || in.N > s.sink.Len() {
+	if in.N < 0 || in.N > sink.Len() {
 		return &rpc.Error{Code: rpc.CodeInvalid, Msg: fmt.Sprintf("write of %d bytes", in.N)}
 	}
 	s.n.Add(1)
 	_, err := r.Target().Transfer(rpc.BulkDesc{
-		Op: rpc.BulkGet, Remote: in.H, Local: s.sink, Len: in.N, Via: r, Arg: r,
+		Op: rpc.BulkGet, Remote: in.H, Local: sink, Len: in.N, Via: r, Arg: r,
 	}, bulkWriteDone)
 	return err
 }

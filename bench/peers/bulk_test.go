@@ -15,6 +15,8 @@ package peers
 //	BenchmarkBulkGet/size=S/impl=grpc-unary   unary call, u32 request, SIZE bytes back
 //	BenchmarkBulkGet/size=S/impl=grpc-stream  server stream of 1 MiB messages
 //	BenchmarkBulk*/size=S/impl=ferry-nocrc    ferry over TCP without data CRCs (rpc.Options.NoDataCRC on both sides)
+//	BenchmarkBulk*/size=S/impl=ferry-secure   ferry over TCP with cephx in msgr2 secure mode (AES-128-GCM) to the
+//	                                          server's second instance (secure_server.go; impl=ferry is crc mode)
 //	BenchmarkBulk*/size=S/impl=ferry-unix     same-host peers: ferry over the server's Unix socket, where
 //	                                          transfers take the direct path (process_vm_readv/writev)
 //	BenchmarkBulk*/size=S/impl=grpc-unary-unix gRPC unary over a Unix socket
@@ -49,6 +51,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -71,6 +74,7 @@ type bulkClient struct {
 	gcc   *grpc.ClientConn
 
 	ux, nc, tc lazySide // second clients: ferry-unix, ferry-nocrc, and over TCP with CRCs (HOL's other connection)
+	sc         lazySide // ferry-secure: cephx and secure mode, to the server's secure instance (secure_test.go)
 
 	bigOnce  sync.Once // the head-of-line benchmark's BulkBig buffers
 	bigInfo  BulkInfo
@@ -131,13 +135,16 @@ func dialBulkGRPC(addr string) (*grpc.ClientConn, error) {
 // server: ferry-unix over the server's Unix socket (so bulk transfers
 // take the direct path, process_vm_readv/writev, with gRPC over a Unix
 // socket beside it), ferry-nocrc over TCP without data CRCs
-// (rpc.Options.NoDataCRC, which the server offers).
+// (rpc.Options.NoDataCRC, which the server offers), ferry-secure over
+// TCP with cephx in secure mode to the server's second instance.
 type altSide struct {
 	fi    *rpc.Instance
 	fc    *rpc.Context
 	buf   []byte
 	local *rpc.Bulk
 	gcc   *grpc.ClientConn // ferry-unix only: gRPC over the Unix socket
+	info  *BulkInfo        // the server instance's handles when not the first's (ferry-secure)
+	m     *msgr.Messenger  // the messenger when not the instance's own (ferry-secure)
 }
 
 type lazySide struct {
@@ -198,11 +205,16 @@ func newAltSide(addr string, noDataCRC bool, grpcAddr string) (*altSide, error) 
 	return u, err
 }
 
-// transfer is ferryTransfer through u.
+// altTransfer is ferryTransfer through u (with u's server handles if it
+// has its own).
 func (c *bulkClient) altTransfer(u *altSide, op rpc.BulkOp, n int) func() error {
-	d := rpc.BulkDesc{Op: op, Remote: c.info.Src, Local: u.local, Len: int64(n), Peer: &c.ep}
+	info := &c.info
+	if u.info != nil {
+		info = u.info
+	}
+	d := rpc.BulkDesc{Op: op, Remote: info.Src, Local: u.local, Len: int64(n), Peer: &c.ep}
 	if op == rpc.BulkPut {
-		d.Remote = c.info.Dst
+		d.Remote = info.Dst
 	}
 	ctx := context.Background()
 	return func() error { return u.fc.TransferWait(ctx, d) }
@@ -557,6 +569,7 @@ func BenchmarkBulkPut(b *testing.B) {
 			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkPut, n)) })
 			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkPut, n)) })
+			b.Run("impl=ferry-secure", func(b *testing.B) { benchSecure(b, n, rpc.BulkPut) })
 			b.Run("impl=ferry-rpc", func(b *testing.B) { benchOp(b, n, c.ferryRPCWrite(n)) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).putStream) })
@@ -580,6 +593,7 @@ func BenchmarkBulkGet(b *testing.B) {
 			})
 			b.Run("impl=ferry", func(b *testing.B) { benchOp(b, n, c.ferryTransfer(rpc.BulkGet, n)) })
 			b.Run("impl=ferry-nocrc", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.noCRC(b), rpc.BulkGet, n)) })
+			b.Run("impl=ferry-secure", func(b *testing.B) { benchSecure(b, n, rpc.BulkGet) })
 			b.Run("impl=grpc-unary", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getUnary) })
 			b.Run("impl=grpc-stream", func(b *testing.B) { benchOp(b, n, c.grpcOps(n).getStream) })
 			b.Run("impl=ferry-unix", func(b *testing.B) { benchOp(b, n, c.altTransfer(c.unix(b), rpc.BulkGet, n)) })
@@ -831,6 +845,7 @@ func TestBulkHarness(t *testing.T) {
 		if err := c.grpcUnixOps(t, n).putUnary(); err != nil {
 			t.Fatalf("grpc-unary-unix PUT of %d bytes: %v", n, err)
 		}
+		checkSecureBulk(t, ctx, c, n, want) // ferry-secure, secure_test.go
 	}
 	Pattern(c.buf, seedClient)
 }

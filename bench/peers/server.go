@@ -134,7 +134,10 @@ const rawEchoBit = 1 << 31
 //	ferry tcp://127.0.0.1:PORT,unix:///tmp/ferry-peers-N/ferry.sock
 //	raw 127.0.0.1:PORT
 //	grpc 127.0.0.1:PORT
+//	ferry-secure tcp://127.0.0.1:PORT
 //
+// (the last only when EnvOSDKey is set: a second ferry instance, rank 0
+// too, that accepts cephx in secure mode only; secure_server.go)
 // then answers commands from in, one per line: "stats" gets
 // "stats MALLOCS RPCS CPU-µs" (runtime.MemStats.Mallocs and the RPCs served by
 // all three). It returns when in reaches EOF.
@@ -170,6 +173,13 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	defer bs.close()
+	sec, err := startSecure(bs, log) // secure_server.go
+	if err != nil {
+		return err
+	}
+	if sec != nil {
+		defer sec.close()
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -200,6 +210,11 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 
 	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\ngrpc %s\n", fi.URI(), rl.Addr(), gl.Addr()); err != nil {
 		return err
+	}
+	if sec != nil {
+		if _, err := fmt.Fprintf(out, "ferry-secure %s\n", sec.fi.URI()); err != nil {
+			return err
+		}
 	}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
