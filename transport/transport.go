@@ -86,6 +86,19 @@ func PeerPID(c Conn) (int, error) {
 	return 0, ErrUnsupported
 }
 
+// TryWriter is an optional capability of a Conn that is not a socket but
+// can take bytes without waiting (shm): the messenger writes on such a
+// connection from the sending goroutine, as it does on sockets with
+// non-blocking writes, instead of handing every message to its writer
+// goroutine.
+type TryWriter interface {
+	// TryWriteBuffers writes bufs in order, as much as the connection
+	// takes without waiting for its peer (it may poll briefly while the
+	// peer makes room), and returns the number of bytes written. An
+	// error means the connection failed, as a Write's would.
+	TryWriteBuffers(bufs [][]byte) (int, error)
+}
+
 // LocalSocket is an optional capability of a Transport whose addresses
 // name a Unix socket on this host (unix, shm): SocketPath returns the
 // path a listener on a binds, so a caller choosing among a peer's

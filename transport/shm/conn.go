@@ -302,14 +302,17 @@ func (c *Conn) poll(dl int64) {
 // time since from (Unix nanoseconds) reaches d; it gives up early when a
 // broadcast (a new deadline, Close, the peer's death) follows g.
 //
-// Every 64th poll yields the processor, to the process's other
-// goroutines and, with sched_yield, to other threads: on a small
+// Every 64th poll yields the thread's CPU (sched_yield): on a small
 // machine the thread that will make ready true (the peer's, copying a
 // large write in) is often queued on this very CPU, where the kernel put
 // it when it woke it; a spin that does not yield the thread then delays
 // what it waits for by its whole length (1 MiB round trip over shm in one
 // process, 2 vCPUs shared with other work, 3 rounds: 345-425 us without,
-// 141-255 us with).
+// 141-255 us with). Every 1024th poll also yields to the process's other
+// goroutines (runtime.Gosched). Not more often: each Gosched with a P
+// idle wakes a thread to run the goroutine it queued, which then finds
+// nothing to do and sleeps again, two futex calls; yielding every 64th
+// poll so cost a fifth of both processes' CPU in a 1 MiB ping over shm.
 func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration, g uint64) bool {
 	for i := 0; ; i++ {
 		if ready() {
@@ -319,7 +322,9 @@ func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration, g uint6
 			if c.gen.Load() != g || i >= c.spin.polls && (d <= 0 || time.Now().UnixNano()-from >= int64(d)) {
 				return false
 			}
-			runtime.Gosched()
+			if i%1024 == 1023 {
+				runtime.Gosched()
+			}
 			osYield()
 		}
 		if c.spin.polls == 0 {
@@ -488,6 +493,42 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		c.wait(g, dl, c.writable, c.myRoom)
 	}
+}
+
+// TryWriteBuffers writes bufs in order as far as the ring takes them:
+// when it is full it polls as a Write would before sleeping
+// (Options.Spin) and returns, with the count written, if the reader has
+// made no room by then. It never sleeps, so a messenger writes from its
+// sending goroutine with it (it implements transport.TryWriter). Its
+// errors are Write's; a passed write deadline is not one (nothing is
+// waited for).
+func (c *Conn) TryWriteBuffers(bufs [][]byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	n := 0
+	for _, b := range bufs {
+		for len(b) > 0 {
+			switch {
+			case c.closed.Load():
+				return n, c.opError("write", net.ErrClosed)
+			case c.broken.Load():
+				return n, c.opError("write", errPeerLost)
+			case c.peerClosed.Load() != 0:
+				return n, c.opError("write", syscall.EPIPE)
+			}
+			k, err := c.put(b)
+			if err != nil {
+				c.broken.Store(true)
+				return n, c.opError("write", err)
+			}
+			n += k
+			b = b[k:]
+			if k == 0 && !c.spinUntil(c.writable, 0, 0, c.gen.Load()) {
+				return n, nil
+			}
+		}
+	}
+	return n, nil
 }
 
 // put copies as much of p as fits into the ring and publishes it, a

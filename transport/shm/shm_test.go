@@ -662,3 +662,46 @@ func TestDeadlineStopsSpin(t *testing.T) {
 		}
 	}
 }
+
+// TestTryWriteBuffers: TryWriteBuffers writes its buffers in order as far
+// as the ring takes them and returns without waiting when it is full (no
+// one reads here); what it took is read back whole; after Close it fails
+// as Write does.
+func TestTryWriteBuffers(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: 64}), sockAddr(t))
+	tw, ok := c.(transport.TryWriter)
+	if !ok {
+		t.Fatal("an shm Conn is not a transport.TryWriter")
+	}
+	bufs := [][]byte{bytes.Repeat([]byte{1}, 100), bytes.Repeat([]byte{2}, MinRingSize), bytes.Repeat([]byte{3}, 100)}
+	done := make(chan struct{})
+	var n int
+	var err error
+	go func() {
+		defer close(done)
+		n, err = tw.TryWriteBuffers(bufs)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("TryWriteBuffers waits for a reader")
+	}
+	if err != nil || n != MinRingSize {
+		t.Fatalf("TryWriteBuffers into an empty %d-byte ring: %d, %v", MinRingSize, n, err)
+	}
+	got := make([]byte, n)
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatal(err)
+	}
+	if want := bytes.Join(bufs, nil)[:n]; !bytes.Equal(got, want) {
+		t.Fatalf("read back bytes that differ at %d", firstDiff(got, want))
+	}
+	if n, err := tw.TryWriteBuffers([][]byte{{4, 5}, {6}}); n != 3 || err != nil {
+		t.Fatalf("TryWriteBuffers with room: %d, %v", n, err)
+	}
+	c.Close()
+	if _, err := tw.TryWriteBuffers([][]byte{{7}}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("TryWriteBuffers after Close: %v, want net.ErrClosed", err)
+	}
+}
