@@ -410,7 +410,8 @@ func (c *Conn) close(reason error, notify bool) {
 // reader and writer goroutines working on it.
 type socketRun struct {
 	nc  net.Conn
-	raw syscall.RawConn // for non-blocking inline writes; nil if nc is not a socket
+	raw syscall.RawConn     // for non-blocking inline writes; nil if nc is not a socket
+	tw  transport.TryWriter // for inline writes when nc is not a socket but has them (shm); else nil
 
 	e    *msgr2.Engine
 	v1   *msgr1.Engine // instead of e on a msgr1 socket (v1.go)
@@ -452,6 +453,9 @@ func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw
 		}
+	}
+	if tw, ok := nc.(transport.TryWriter); ok && r.raw == nil {
+		r.tw = tw
 	}
 	return r
 }

@@ -741,6 +741,18 @@ const maxIovecs = 1024
 // per stage and reports done=false as soon as the socket does not take a
 // whole stage, leaving the progress in w for a blocking call to finish.
 func (w *writeState) writeOut(r *socketRun, blocking bool) (done bool, err error) {
+	if r.raw == nil && r.tw != nil && !blocking {
+		// Not a socket, but it takes bytes without waiting (shm): an
+		// inline write of what fits, the rest for the writer goroutine.
+		wv := w.iov[w.pos:]
+		if w.skip > 0 {
+			wv[0] = wv[0][w.skip:]
+			w.skip = 0
+		}
+		n, err := r.tw.TryWriteBuffers(wv)
+		w.advance(n)
+		return w.pos == len(w.iov), err
+	}
 	if r.raw == nil {
 		// Not a socket: one blocking write of everything (no deferred
 		// CRCs, see collectLocked).

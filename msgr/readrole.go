@@ -314,11 +314,12 @@ func (rr *readRole) releaseLocked() {
 // so that a goroutine reading in Await looks up. Await reports whether
 // it received from done; otherwise it returns ctx.Err(), or an error
 // matching ErrClosed once the connection has closed for good (a lossless
-// session's reconnects do not end it). It reads on tcp and unix sockets;
-// elsewhere (shm and inproc, whose writes go through the writer goroutine
-// anyway, msgr1, a connection not open) it only waits: reading in the
-// caller over shm measured no faster (64 B RPC 13.4-13.5 us waiting,
-// 14.4-15.6 us reading).
+// session's reconnects do not end it). It reads on tcp and unix sockets
+// and on connections that take inline writes (transport.TryWriter: shm);
+// elsewhere (inproc, msgr1, a connection not open) it only waits. Over
+// shm, reading in the caller saves the 1 MiB round trip a hand-off that
+// cost as much as the copies once both sides wrote inline (the reader
+// goroutine spun on one CPU while the caller waited to run).
 func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 	if c.awaiters.Add(1) > 1 {
 		// Others wait on this connection too: many requests are in
@@ -331,7 +332,7 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 	defer c.awaiters.Add(-1)
 	c.mu.Lock()
 	r := c.run
-	ok := c.state == stateOpen && r != nil && r.e != nil && r.raw != nil
+	ok := c.state == stateOpen && r != nil && r.e != nil && (r.raw != nil || r.tw != nil)
 	c.mu.Unlock()
 	if !ok {
 		return c.waitDone(ctx, done)

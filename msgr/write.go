@@ -17,7 +17,8 @@ package msgr
 // round trip with one message in flight costs no goroutine hand-off:
 //
 //   - Send (tryInline): the sending goroutine writes at once, with a
-//     non-blocking write or writev, and keeps writing what others queued
+//     non-blocking write or writev (TryWriteBuffers on a connection
+//     that is not a socket but has it, transport.TryWriter), and keeps writing what others queued
 //     meanwhile for up to inlineRounds batches. A sender that finds the
 //     side owned only queues its message; the owner sees it before it
 //     releases the side (both run under c.mu), or pokes the writer
@@ -140,9 +141,10 @@ func (c *Conn) writeLoop(r *socketRun) {
 			}
 		}
 		if r.raw == nil {
-			// Not a socket (shm, inproc): no inline writes, so every
-			// message goes through this goroutine; it stays for the
-			// next rather than being started anew for each.
+			// Not a socket (shm, inproc): it stays for the next
+			// message rather than being started anew for each (on
+			// inproc every message goes through it; on shm, which
+			// takes inline writes, the rest of a partial one).
 			select {
 			case <-c.wake:
 			case <-r.stop:
@@ -216,7 +218,7 @@ func (c *Conn) release() {
 // inlineOK reports whether the calling goroutine may take the free write
 // side of socket r now. c.mu must be held.
 func (c *Conn) inlineOK(r *socketRun) bool {
-	return c.state == stateOpen && r != nil && r == c.run && r.raw != nil &&
+	return c.state == stateOpen && r != nil && r == c.run && (r.raw != nil || r.tw != nil) &&
 		len(c.replay) == 0 && c.m.cfg.Inject.SocketFailures == 0
 }
 
