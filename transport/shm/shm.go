@@ -69,8 +69,10 @@ const scheme = "shm"
 // Ring sizes in bytes.
 const (
 	// DefaultRingSize is the size of each direction's ring when
-	// Options.RingSize is zero.
-	DefaultRingSize = 1 << 20
+	// Options.RingSize is zero: room for a 1 MiB message whole, so a
+	// sender writes it inline without waiting for the reader to drain
+	// the ring (pages are touched, and so resident, only once used).
+	DefaultRingSize = 2 << 20
 	// MinRingSize and MaxRingSize bound Options.RingSize and the size a
 	// listener accepts from a dialer.
 	MinRingSize = 4 << 10
