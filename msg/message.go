@@ -110,6 +110,11 @@ type Message struct {
 	// dataCRCAhead: Footer.DataCRC holds the data segment's CRC in the
 	// form the messenger's frames carry, computed by the sender.
 	dataCRCAhead bool
+
+	// rxDataCRC is the data segment's CRC the receiving messenger
+	// checked, if rxDataCRCSet.
+	rxDataCRC    uint32
+	rxDataCRCSet bool
 }
 
 // SetDataCRCAhead records the data segment's CRC, computed by the sender
@@ -123,6 +128,22 @@ func (m *Message) SetDataCRCAhead(crc uint32) {
 
 // DataCRCAhead returns the CRC SetDataCRCAhead recorded, if any.
 func (m *Message) DataCRCAhead() (uint32, bool) { return m.Footer.DataCRC, m.dataCRCAhead }
+
+// SetReceivedDataCRC records the CRC of Data (in SetDataCRCAhead's form)
+// that the messenger computed and checked against the frame while it
+// received the message. Messengers call it; applications read it with
+// ReceivedDataCRC.
+func (m *Message) SetReceivedDataCRC(crc uint32) {
+	m.rxDataCRC, m.rxDataCRCSet = crc, true
+}
+
+// ReceivedDataCRC returns the CRC of Data that the messenger checked on
+// receipt, if it recorded one: msgr2 in crc mode records it for data
+// segments of 64 KiB and more. It describes Data as received; a
+// dispatcher that sends the same Data buffers on unchanged may pass it
+// to the new message's SetDataCRCAhead, saving the writer a pass over
+// the data (an echo does).
+func (m *Message) ReceivedDataCRC() (uint32, bool) { return m.rxDataCRC, m.rxDataCRCSet }
 
 // SetSegments sets Front, Middle and Data to the given single buffers
 // (an empty one gives an empty segment) without allocating.

@@ -313,6 +313,9 @@ func (c *Conn) readPlaced(lw *lowat, br *bufio.Reader, e *msgr2.Engine, n int, s
 			evs, err = e.FeedSplit(head, placed, tail) // no data CRC to check
 		} else {
 			evs, err = e.FeedSplitCRC(head, placed, tail, crc)
+			if err == nil {
+				setReceivedDataCRC(evs, crc)
+			}
 		}
 	}
 	if err != nil {
@@ -428,7 +431,21 @@ func (c *Conn) readBody(lw *lowat, br *bufio.Reader, e *msgr2.Engine, buf []byte
 	if err != nil {
 		return nil, err
 	}
-	return e.FeedBodyCRC(buf, crc)
+	evs, err := e.FeedBodyCRC(buf, crc)
+	if err == nil {
+		setReceivedDataCRC(evs, crc)
+	}
+	return evs, err
+}
+
+// setReceivedDataCRC records on the messages of evs the data CRC the
+// reader computed and the engine checked (msg.Message.ReceivedDataCRC).
+func setReceivedDataCRC(evs []msgr2.Event, crc uint32) {
+	for i := range evs {
+		if ev := &evs[i]; ev.Kind == msgr2.EvMessage && ev.Msg != nil {
+			ev.Msg.SetReceivedDataCRC(crc)
+		}
+	}
 }
 
 // placeData offers the data of the message with header h to placers in
