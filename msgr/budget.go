@@ -22,13 +22,25 @@ import (
 // buffers) instead of growing the process. A connection paused so is
 // not faulted by its own keepalive timeout (it stopped reading the
 // peer's keepalives itself); if it has written nothing for
-// Config.SlowConsumerTimeout it is closed with ErrSlowConsumer. Send
+// Config.SlowConsumerTimeout it is closed with ErrSlowConsumer, as is a
+// connection holding at least minShare queued of which nothing was
+// written for that long, paused or not (closeIfSlowConsumer). Send
 // fails with ErrSendBudget when the budget is used up and the
 // connection already has something queued.
 //
 // What a lossless session keeps for replay (messages written but not yet
 // acknowledged) is not queued: it is bounded by what the peer
 // acknowledges, at most the socket buffers' worth beyond what was queued.
+//
+// What a slow but live peer costs: its share (or what it held when
+// pressure began) and the answers to what was received before its reader
+// paused, which the dispatch throttle bounds (Config.DispatchThrottleBytes
+// of messages dispatched later, Throttle's fair share of it under
+// pressure), plus its unacknowledged messages as above. While the
+// budget's other half covers that, its Sends never fail and it loses
+// nothing (TestSlowLosslessPeerSlowedNotClosed); a dispatcher that
+// answers from the dispatch goroutine and must not drop an answer sizes
+// the dispatch throttle below half the send budget.
 type sendBudget struct {
 	limit  int64        // Config.SendBudget; 0: no budget
 	queued atomic.Int64 // bytes in every connection's out queue
@@ -48,7 +60,7 @@ var (
 	ErrSendBudget = fmt.Errorf("%w: the messenger's send budget is used up", ErrOutQueueFull)
 	// ErrSlowConsumer: the connection was closed because its peer read
 	// nothing for Config.SlowConsumerTimeout while the connection held
-	// more than its share of the send budget.
+	// more than its share of the send budget, or 4 MiB or more queued.
 	ErrSlowConsumer = errors.New("msgr: slow consumer: the peer reads nothing")
 )
 
@@ -124,4 +136,31 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 		}
 		t.Reset(pauseCheck)
 	}
+}
+
+// closeIfSlowConsumer closes c with ErrSlowConsumer, and reports so, if
+// nothing it queued was written for Config.SlowConsumerTimeout while it
+// was paused (above) or held at least minShare queued: a peer that reads
+// nothing goes even when its connection stays under its share, as
+// nats-server closes a client whose writes stall. A peer that reads,
+// however slowly, is never closed so.
+func (c *Conn) closeIfSlowConsumer(now time.Time, r *socketRun) bool {
+	sc := c.m.cfg.SlowConsumerTimeout
+	idle := now.UnixNano() - c.lastWrite.Load()
+	if sc <= 0 || idle <= int64(sc) {
+		return false
+	}
+	paused := c.paused.Load()
+	c.mu.Lock()
+	queued := c.outq.bytes
+	c.mu.Unlock()
+	if !paused && queued < minShare {
+		return false
+	}
+	c.m.met.slowConsumer()
+	c.m.log.Warn("msgr: closing a slow consumer", "conn", c.id, "peer", c.PeerName().String(),
+		"idle_write", time.Duration(idle).String(), "queued", queued, "paused", paused)
+	r.fail(ErrSlowConsumer)
+	c.close(ErrSlowConsumer, true)
+	return true
 }

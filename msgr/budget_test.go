@@ -123,3 +123,127 @@ func TestSlowConsumerBounded(t *testing.T) {
 	}
 	t.Logf("peak queued %.1f MiB of a %d MiB budget", float64(peak.Load())/(1<<20), budget>>20)
 }
+
+// TestSlowLosslessPeerSlowedNotClosed: a lossless peer sends 1000 × 64
+// KiB to an echo server with an 8 MiB send budget and reads its echoes
+// slowly: nothing until the server has stopped reading from it (its
+// queue passed its share), then 0.5 ms a message (its dispatch throttle
+// is 1 MiB, so its reader stops while the dispatcher is behind). The
+// peer reads, so it is never closed as a slow consumer, and every echo
+// arrives once, in order.
+func TestSlowLosslessPeerSlowedNotClosed(t *testing.T) {
+	const n = 1000
+	// The echoes are sent by the server's dispatch goroutine: its
+	// dispatch throttle (1 MiB) bounds what it still answers once the
+	// reader has paused, so the queue never reaches the budget, where
+	// Send would fail (ErrSendBudget) and the echo server drop an echo.
+	scfg := msgr.Config{SendBudget: 8 << 20, SlowConsumerTimeout: 2 * time.Second, DispatchThrottleBytes: 1 << 20,
+		KeepaliveInterval: 100 * time.Millisecond, KeepaliveTimeout: 400 * time.Millisecond}
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)
+	s.SetDefaultPolicy(msgr.LosslessPeer())
+
+	cm, err := msgr.New(msgr.Config{Transports: transport.Default, Logger: quietLogger(), DispatchThrottleBytes: 1 << 20,
+		KeepaliveInterval: 100 * time.Millisecond, KeepaliveTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.SetDefaultPolicy(msgr.LosslessPeer())
+	got := make(chan uint64, n)
+	gate := make(chan struct{})
+	cm.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		<-gate
+		time.Sleep(500 * time.Microsecond) // a slow consumer, but a live one
+		got <- m.Header.Tid
+		m.Done()
+		return true
+	}))
+	if err := cm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cm.Shutdown)
+	c, err := cm.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 64<<10)
+	for i := range n {
+		m := msg.New(testType)
+		m.Header.Tid = uint64(i)
+		m.Data = msg.Buffers{data}
+		if err := c.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := func(name string) float64 { sn := s.Metrics().Snapshot(); return sn.Total(name) }
+	for deadline := time.Now().Add(10 * time.Second); snap("ferry_msgr_read_pauses") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never stopped reading from the peer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	for want := range uint64(n) {
+		select {
+		case tid := <-got:
+			if tid != want {
+				t.Fatalf("echo %d arrived as number %d", tid, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("echo %d did not arrive", want)
+		}
+	}
+	sn := s.Metrics().Snapshot()
+	if v := sn.Total("ferry_msgr_slow_consumer_closes"); v != 0 {
+		t.Errorf("slow_consumer_closes %v: a peer that reads was closed", v)
+	}
+	if v := sn.Total("ferry_msgr_faults"); v != 0 {
+		t.Errorf("faults %v: the connection was faulted", v)
+	}
+	if r := c.Reconnects(); r != 0 {
+		t.Errorf("%d reconnects", r)
+	}
+}
+
+// TestSlowConsumerClosedUnpaused: with no send budget nobody is paused,
+// but a connection holding at least 4 MiB queued of which nothing is
+// written for SlowConsumerTimeout is closed as a slow consumer all the
+// same.
+func TestSlowConsumerClosedUnpaused(t *testing.T) {
+	scfg := msgr.Config{SendBudget: -1, OutQueueBytes: 16 << 20, SlowConsumerTimeout: 500 * time.Millisecond}
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)
+	hostile, err := msgr.New(msgr.Config{Transports: transport.Default, Logger: quietLogger(),
+		KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckReader{release: make(chan struct{})}
+	defer close(stuck.release)
+	hostile.AddDispatcherTail(stuck)
+	if err := hostile.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostile.Shutdown)
+	hc, err := hostile.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 64<<10)
+	for i := range 600 {
+		m := msg.New(testType)
+		m.Header.Tid = uint64(i)
+		m.Data = msg.Buffers{data}
+		if err := hc.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := func(name string) float64 { sn := s.Metrics().Snapshot(); return sn.Total(name) }
+	for deadline := time.Now().Add(15 * time.Second); snap("ferry_msgr_slow_consumer_closes") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no slow-consumer close within 15 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := snap("ferry_msgr_read_pauses"); v != 0 {
+		t.Fatalf("read_pauses %v without a send budget", v)
+	}
+}

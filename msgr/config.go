@@ -101,13 +101,13 @@ type Config struct {
 	// SendBudget bounds the payload bytes queued on all the messenger's
 	// connections together; under pressure a connection holding more
 	// than its share is not read from, and Send fails with ErrSendBudget
-	// once the budget is used up (budget.go). Default 512 MiB; negative
+	// once the budget is used up (budget.go). Default 256 MiB; negative
 	// disables it.
 	SendBudget int64
 	// SlowConsumerTimeout closes, with ErrSlowConsumer, a connection
-	// that is not read from for holding more than its share of the send
-	// budget and has written nothing for this long. Default 30 s;
-	// negative disables it.
+	// that has written nothing for this long while it was not read from
+	// for holding more than its share of the send budget, or while it
+	// held at least 4 MiB queued. Default 30 s; negative disables it.
 	SlowConsumerTimeout time.Duration
 
 	// InitialBackoff is the first wait before a lossless connection
@@ -168,7 +168,7 @@ func (c *Config) withDefaults() Config {
 	}
 	switch {
 	case d.SendBudget == 0:
-		d.SendBudget = 512 << 20
+		d.SendBudget = 256 << 20
 	case d.SendBudget < 0:
 		d.SendBudget = 0
 	}

@@ -580,15 +580,12 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	if !open || r == nil {
 		return
 	}
+	if c.closeIfSlowConsumer(now, r) {
+		return
+	}
 	if c.paused.Load() {
 		// Not read from for its send queue (budget.go): its peer's
-		// silence is ours. It goes if the peer reads nothing either.
-		if sc := c.m.cfg.SlowConsumerTimeout; sc > 0 && now.UnixNano()-c.lastWrite.Load() > int64(sc) {
-			c.m.met.slowConsumer()
-			c.m.log.Warn("msgr: closing a slow consumer", "conn", c.id, "peer", c.PeerName().String(), "idle_write", time.Duration(now.UnixNano()-c.lastWrite.Load()).String())
-			r.fail(ErrSlowConsumer)
-			c.close(ErrSlowConsumer, true)
-		}
+		// silence is ours.
 		return
 	}
 	if timeout > 0 && now.UnixNano()-c.lastRecv.Load() > int64(timeout) {
