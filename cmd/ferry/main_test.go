@@ -22,6 +22,9 @@ import (
 var ferryBin string
 
 func TestMain(m *testing.M) {
+	if kind := os.Getenv(floodKindEnv); kind != "" {
+		os.Exit(floodChild(kind)) // a flooding child (flood_test.go)
+	}
 	os.Exit(testMain(m))
 }
 

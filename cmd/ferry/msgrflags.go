@@ -42,6 +42,8 @@ type msgrFlags struct {
 	backoffMax     *time.Duration
 	noDataCRC      *bool
 	tcpCongestion  *string
+	sendBudget     *int64
+	slowConsumer   *time.Duration
 }
 
 // addMsgrFlags defines the messenger flags on fs, with defaultPolicy as
@@ -60,6 +62,8 @@ func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
 		backoffMax:     fs.Duration("backoff-max", 0, "longest wait between reconnect attempts, doubling from --backoff-initial (0: the default, 15s)"),
 		noDataCRC:      fs.Bool("no-data-crc", false, noDataCRCUsage),
 		tcpCongestion:  addTCPCongestionFlag(fs),
+		sendBudget:     fs.Int64("send-budget", 0, "bytes all connections together may hold queued to send (msgr.Config.SendBudget; 0: the default, 256 MiB; negative disables): past half, a connection over its share is not read from"),
+		slowConsumer:   fs.Duration("slow-consumer-timeout", 0, "close a connection not read from for its share of the send budget whose peer read nothing for this long (0: the default, 30s; negative disables)"),
 	}
 }
 
@@ -73,6 +77,8 @@ type msgrOptions struct {
 	KeepaliveInterval, KeepaliveTimeout time.Duration
 	InitialBackoff, MaxBackoff          time.Duration
 	NoDataCRC                           bool
+	SendBudget                          int64
+	SlowConsumerTimeout                 time.Duration
 	// TCPCongestion is the TCP congestion control of the messenger's own
 	// sockets ("" leaves the system default).
 	TCPCongestion string
@@ -140,6 +146,8 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.InitialBackoff = o.InitialBackoff
 	c.MaxBackoff = o.MaxBackoff
 	c.NoDataCRC = o.NoDataCRC
+	c.SendBudget = o.SendBudget
+	c.SlowConsumerTimeout = o.SlowConsumerTimeout
 	c.Transports = cliTransports(o.TCPCongestion)
 	if o.Auth != nil {
 		o.Auth.configureMsgr(c)
@@ -157,14 +165,16 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		return nil, fmt.Errorf("--policy: unknown policy %q; want one of %s", *f.policy, strings.Join(policyNames, ", "))
 	}
 	o := &msgrOptions{
-		PolicyName:        *f.policy,
-		Policy:            p,
-		KeepaliveInterval: *f.kaInterval,
-		KeepaliveTimeout:  *f.kaTimeout,
-		InitialBackoff:    *f.backoffInitial,
-		MaxBackoff:        *f.backoffMax,
-		NoDataCRC:         *f.noDataCRC,
-		TCPCongestion:     *f.tcpCongestion,
+		PolicyName:          *f.policy,
+		Policy:              p,
+		KeepaliveInterval:   *f.kaInterval,
+		KeepaliveTimeout:    *f.kaTimeout,
+		InitialBackoff:      *f.backoffInitial,
+		MaxBackoff:          *f.backoffMax,
+		NoDataCRC:           *f.noDataCRC,
+		TCPCongestion:       *f.tcpCongestion,
+		SendBudget:          *f.sendBudget,
+		SlowConsumerTimeout: *f.slowConsumer,
 		Inject: msgr.Inject{
 			SocketFailures:   *f.injSocket,
 			DelayProbability: *f.injDelayProb,
