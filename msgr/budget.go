@@ -23,8 +23,8 @@ import (
 // not faulted by its own keepalive timeout (it stopped reading the
 // peer's keepalives itself); if it has written nothing for
 // Config.SlowConsumerTimeout it is closed with ErrSlowConsumer, as is a
-// connection holding at least minShare queued of which nothing was
-// written for that long, paused or not (closeIfSlowConsumer). Send
+// connection with something queued of which nothing was written for that
+// long, paused or not (closeIfSlowConsumer). Send
 // fails with ErrSendBudget when the budget is used up and the
 // connection already has something queued.
 //
@@ -60,7 +60,8 @@ var (
 	ErrSendBudget = fmt.Errorf("%w: the messenger's send budget is used up", ErrOutQueueFull)
 	// ErrSlowConsumer: the connection was closed because its peer read
 	// nothing for Config.SlowConsumerTimeout while the connection held
-	// more than its share of the send budget, or 4 MiB or more queued.
+	// more than its share of the send budget, or while it had
+	// something queued.
 	ErrSlowConsumer = errors.New("msgr: slow consumer: the peer reads nothing")
 )
 
@@ -139,11 +140,13 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 }
 
 // closeIfSlowConsumer closes c with ErrSlowConsumer, and reports so, if
-// nothing it queued was written for Config.SlowConsumerTimeout while it
-// was paused (above) or held at least minShare queued: a peer that reads
-// nothing goes even when its connection stays under its share, as
-// nats-server closes a client whose writes stall. A peer that reads,
-// however slowly, is never closed so.
+// it has written nothing for Config.SlowConsumerTimeout while it was
+// paused (above) or had something queued: a peer that reads nothing goes
+// even when its connection stays under its share, as nats-server closes
+// a client whose writes stall past their deadline. The time counts from
+// the last write that made progress or the Send that found the queue
+// empty, whichever is later. A peer that reads, however slowly, is never
+// closed so.
 func (c *Conn) closeIfSlowConsumer(now time.Time, r *socketRun) bool {
 	sc := c.m.cfg.SlowConsumerTimeout
 	idle := now.UnixNano() - c.lastWrite.Load()
@@ -152,9 +155,9 @@ func (c *Conn) closeIfSlowConsumer(now time.Time, r *socketRun) bool {
 	}
 	paused := c.paused.Load()
 	c.mu.Lock()
-	queued := c.outq.bytes
+	queued, n := c.outq.bytes, c.outq.n
 	c.mu.Unlock()
-	if !paused && queued < minShare {
+	if !paused && n == 0 {
 		return false
 	}
 	c.m.met.slowConsumer()

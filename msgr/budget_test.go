@@ -205,9 +205,8 @@ func TestSlowLosslessPeerSlowedNotClosed(t *testing.T) {
 }
 
 // TestSlowConsumerClosedUnpaused: with no send budget nobody is paused,
-// but a connection holding at least 4 MiB queued of which nothing is
-// written for SlowConsumerTimeout is closed as a slow consumer all the
-// same.
+// but a connection with something queued of which nothing is written
+// for SlowConsumerTimeout is closed as a slow consumer all the same.
 func TestSlowConsumerClosedUnpaused(t *testing.T) {
 	scfg := msgr.Config{SendBudget: -1, OutQueueBytes: 16 << 20, SlowConsumerTimeout: 500 * time.Millisecond}
 	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)

@@ -107,7 +107,7 @@ type Config struct {
 	// SlowConsumerTimeout closes, with ErrSlowConsumer, a connection
 	// that has written nothing for this long while it was not read from
 	// for holding more than its share of the send budget, or while it
-	// held at least 4 MiB queued. Default 30 s; negative disables it.
+	// had something queued. Default 30 s; negative disables it.
 	SlowConsumerTimeout time.Duration
 
 	// InitialBackoff is the first wait before a lossless connection

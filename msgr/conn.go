@@ -96,7 +96,7 @@ type Conn struct {
 	awaiters         atomic.Int32 // goroutines in Await
 	paused           atomic.Bool  // not read from: over its share of the send budget (budget.go)
 	holds            connHolds    // its accounts at the receive throttles (throttle.go)
-	lastWrite        atomic.Int64 // unix ns (Config.Clock) of the last write that made progress
+	lastWrite        atomic.Int64 // unix ns (Config.Clock) of the last write that made progress, or of a Send to an empty queue
 
 	priv atomic.Value
 
@@ -289,6 +289,11 @@ func (c *Conn) Send(m *msg.Message) error {
 		return ErrSendBudget
 	}
 	c.outq.push(m)
+	if c.outq.n == 1 {
+		// Nothing was owed until now: the write side was caught up
+		// (what closeIfSlowConsumer measures from).
+		c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
+	}
 	c.tryInline()
 	return nil
 }
