@@ -261,11 +261,11 @@ func (r *Incoming) reply(out Input) error {
 		h.Flags |= wire.FlagHasData
 		if n := msg.Buffers(data).Len(); n > r.in.opts.Bulk.EagerLimit {
 			if a := r.acct; a != nil {
-				if !a.take(chOutputs, int64(n), int64(r.in.opts.IncomingLimit)) {
+				if !a.takeBeside(chOutputs, int64(n), int64(r.in.opts.IncomingLimit), r.held) {
 					*bp = front
 					putBuf(bp)
 					e := &Error{Code: CodeBusy, Opcode: r.Opcode(), Endpoint: r.Source(),
-						Msg: "the origin has IncomingLimit bytes of outputs it has not pulled"}
+						Msg: "the origin has IncomingLimit bytes of outputs it has not pulled, or the target owes its peers its PeerBudget (or this origin its share)"}
 					r.sendError(e.Code, e.Msg)
 					return e
 				}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type Instance struct {
 	// charged is what all peers hold, by charge, released accounts
 	// included (peer.add keeps it).
 	charged [nCharges]atomic.Int64
+	owed    atomic.Int64 // what its peers' accounts owe together, against Options.PeerBudget (peer.go)
+
+	budgetRefusals atomic.Uint64 // takes owe refused
 
 	met       *rpcMetrics                        // see metrics.go
 	intercept func(r *Incoming, h Handler) error // Options.Interceptors chained; nil for none
@@ -514,9 +518,9 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 		return
 	}
 	r.acct = in.peerFor(r.conn)
-	if !c.holdIncoming(r, int64(len(body)+r.data.Len())) {
+	if why := c.holdIncoming(r, int64(len(body)+r.data.Len())); why != "" {
 		c.nBusy.Add(1)
-		r.failCode(CodeBusy, "the target context holds its IncomingLimit of unanswered requests")
+		r.failCode(CodeBusy, why)
 		return
 	}
 	if h.Flags&wire.FlagBulkIn != 0 {
@@ -527,18 +531,22 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 }
 
 // holdIncoming counts r's n bytes against the context's IncomingLimit
-// until r is answered (release), or reports that they do not fit.
-func (c *Context) holdIncoming(r *Incoming, n int64) bool {
+// and the instance's PeerBudget (the peer's account, peer.take) until r
+// is answered (release), or says why they do not fit.
+func (c *Context) holdIncoming(r *Incoming, n int64) string {
+	if a := r.acct; a != nil && !a.take(chUnanswered, n, math.MaxInt64) {
+		return "the target owes its peers its PeerBudget, or this origin its share of it"
+	}
 	limit := int64(c.in.opts.IncomingLimit)
 	for {
 		cur := c.inHeld.Load()
 		if cur > 0 && cur+n > limit {
-			return false
+			r.acct.add(chUnanswered, -n)
+			return "the target context holds its IncomingLimit of unanswered requests"
 		}
 		if c.inHeld.CompareAndSwap(cur, cur+n) {
 			r.held = n
-			r.acct.add(chUnanswered, n)
-			return true
+			return ""
 		}
 	}
 }

@@ -37,7 +37,8 @@ import (
 //
 //	rpc.peer_accounts (gauge), rpc.peer_unpulled_output_bytes (gauge),
 //	rpc.peer_rendezvous_pulls (gauge), rpc.peer_direct_leases (gauge),
-//	rpc.peer_transfers (gauge)
+//	rpc.peer_transfers (gauge), rpc.peer_owed_bytes (gauge),
+//	rpc.peer_budget_refusals (counter)
 //
 // opcode is the opcode in hex ("0x01000002"); opcodes this instance has
 // not registered share "unregistered".
@@ -124,6 +125,8 @@ func newRPCMetrics(reg *metrics.Registry, in *Instance) *rpcMetrics {
 		{false, "rpc", "peer_rendezvous_pulls", "Rendezvous PUTs being pulled for peers.", held(chPulls)},
 		{false, "rpc", "peer_direct_leases", "Ranges of registered memory peers may touch directly.", held(chLeases)},
 		{false, "rpc", "peer_transfers", "Bulk transfers running on peer connections, either side.", held(chXfers)},
+		{false, "rpc", "peer_owed_bytes", "Bytes the instance owes its peers (requests not answered, outputs not pulled), against Options.PeerBudget, in bytes.", func() float64 { return float64(in.owed.Load()) }},
+		{true, "rpc", "peer_budget_refusals", "Requests and outputs refused (CodeBusy) because the instance owed its peers its PeerBudget, or the peer its share.", func() float64 { return float64(in.budgetRefusals.Load()) }},
 	} {
 		if m.counter {
 			reg.CounterFunc(d(m.sub, m.name, m.help), m.fn)

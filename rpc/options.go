@@ -18,6 +18,7 @@ const (
 	MaxTimeout           = 3600 * time.Second // CRT_TIMEOUT maximum
 	DefaultCredits       = 32                 // CRT_CREDIT_EP_CTX default
 	DefaultIncomingLimit = 256 << 20          // bytes of unanswered requests per context
+	DefaultPeerBudget    = 256 << 20          // bytes an instance owes all its peers (Options.PeerBudget)
 	MaxCredits           = 256                // credits are clamped to this
 	DefaultMaxContexts   = 128                // CRT_CTX_NUM
 	MaxContexts          = 1024               // tags are 16 bits on the wire; this bounds the table
@@ -106,6 +107,19 @@ type Options struct {
 	// the peer has not pulled or released yet: beyond it replies are
 	// errors with CodeBusy. Default DefaultIncomingLimit.
 	IncomingLimit int
+	// PeerBudget bounds, for the instance (its contexts together), the
+	// bytes it owes all its peers: requests received and not answered
+	// yet, and overflowing outputs not pulled or released yet. It is
+	// shared fairly: a peer that owes something already may not take
+	// the instance past three quarters of the budget, nor, past half of
+	// it, beyond its share (three quarters divided among the live peer
+	// accounts); the last quarter is kept for peers that owe nothing.
+	// A request or output beyond it is answered CodeBusy (ErrBusy at the
+	// origin), at once. Replies queued to send are bounded by the
+	// messenger's SendBudget, inputs pulled as bulk by
+	// BulkOptions.OverflowLimit, bulk in flight by the windows. Default
+	// DefaultPeerBudget; negative: no budget.
+	PeerBudget int64
 
 	// Interceptors wrap the serving of every request (the first is
 	// outermost); CallInterceptors wrap every Context.Call. See
@@ -247,6 +261,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IncomingLimit <= 0 {
 		o.IncomingLimit = DefaultIncomingLimit
+	}
+	switch {
+	case o.PeerBudget == 0:
+		o.PeerBudget = DefaultPeerBudget
+	case o.PeerBudget < 0:
+		o.PeerBudget = 0
 	}
 	if o.Transports == nil {
 		o.Transports = transport.Default

@@ -25,6 +25,10 @@ package rpc
 //	chDirectWaits  transfers of this side waiting for the peer's addresses
 //	               (direct path; one per transfer)
 //
+// The bytes a peer is owed (chUnanswered and chOutputs, owedCharge) also
+// count against the instance's Options.PeerBudget, shared fairly across
+// the peers; take admits them (owe), add returns them.
+//
 // The counters are exact at all times (atomics: the RPC path charges and
 // releases without a lock), and each change is also made to the
 // instance's totals (Instance.charged) and the process's (charged), which
@@ -100,7 +104,8 @@ type peer struct {
 	conn *msgr.Conn
 
 	held [nCharges]atomic.Int64
-	gone atomic.Bool // released: it takes no new holds
+	owed atomic.Int64 // of held, the charges owedCharge names: what the instance owes the peer
+	gone atomic.Bool  // released: it takes no new holds
 
 	// The direct path (direct.go): used on this connection, and off for
 	// good once the kernel or the holder refused.
@@ -160,24 +165,96 @@ func (a *peer) add(k charge, n int64) {
 		a.held[k].Add(n)
 		a.in.charged[k].Add(n)
 		charged[k].Add(n)
+		if owedCharge(k) {
+			a.owed.Add(n)
+			a.in.owed.Add(n)
+		}
 	}
 }
 
-// take counts n of k if the account is not gone and what it holds of k
-// stays within limit; one is always taken when it holds none, so that
-// a limit below one item's size cannot block it for ever.
-func (a *peer) take(k charge, n, limit int64) bool {
+// owedCharge reports whether k is bytes the instance owes the peer,
+// which Options.PeerBudget bounds: its requests not answered yet and its
+// outputs not pulled yet.
+func owedCharge(k charge) bool { return k == chUnanswered || k == chOutputs }
+
+// take counts n of k if the account is not gone, what it holds of k
+// stays within limit (one is always taken when it holds none, so that a
+// limit below one item's size cannot block it for ever) and, for the
+// bytes the instance owes its peers, the instance's PeerBudget admits
+// them (owe). It is the one place where a peer's hold is admitted.
+func (a *peer) take(k charge, n, limit int64) bool { return a.takeBeside(k, n, limit, 0) }
+
+// takeBeside is take for an item that comes with own bytes the peer is
+// already owed for it (a request's output beside the request itself):
+// those do not count as the peer's when owe looks at what it is owed, so
+// that the first output of a peer owed nothing else is not held back by
+// its own request.
+func (a *peer) takeBeside(k charge, n, limit, own int64) bool {
 	if a.gone.Load() {
+		return false
+	}
+	owed := owedCharge(k)
+	if owed && !a.owe(n, own) {
 		return false
 	}
 	for {
 		cur := a.held[k].Load()
 		if cur > 0 && cur+n > limit {
+			if owed {
+				a.owed.Add(-n)
+				a.in.owed.Add(-n)
+			}
 			return false
 		}
 		if a.held[k].CompareAndSwap(cur, cur+n) {
 			a.in.charged[k].Add(n)
 			charged[k].Add(n)
+			return true
+		}
+	}
+}
+
+// owes is owe's rule: whether n more bytes may be owed to a peer that
+// is owed mine, when the instance owes tot of budget b to the peers of
+// its live accounts.
+func owes(b, tot, mine, n, peers int64) bool {
+	if tot > 0 && tot+n > b {
+		return false
+	}
+	if mine == 0 {
+		return true
+	}
+	shared := b - b/4
+	return tot+n <= shared && (tot+n <= b/2 || mine+n <= shared/max(peers, 1))
+}
+
+// owe counts n more bytes owed to the peer against the instance's
+// PeerBudget, or reports that they do not fit (own of what it is owed
+// already belong to the same item, takeBeside): a peer that owes nothing
+// may take what the budget has left; one that owes something may not
+// take the instance past three quarters of the budget nor, past half,
+// beyond its share of three quarters among the live accounts. When
+// nothing at all is owed, one item is always admitted, so that a budget
+// below one item's size cannot block it for ever. The instance's total
+// is taken with a compare-and-swap, so concurrent peers cannot overshoot
+// it together.
+func (a *peer) owe(n, own int64) bool {
+	in := a.in
+	b := in.opts.PeerBudget
+	if b <= 0 {
+		a.owed.Add(n)
+		in.owed.Add(n)
+		return true
+	}
+	mine := max(a.owed.Load()-own, 0)
+	for {
+		tot := in.owed.Load()
+		if !owes(b, tot, mine, n, in.nPeers.Load()) {
+			in.budgetRefusals.Add(1)
+			return false
+		}
+		if in.owed.CompareAndSwap(tot, tot+n) {
+			a.owed.Add(n)
 			return true
 		}
 	}
