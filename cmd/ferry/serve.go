@@ -35,6 +35,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	rank := fs.Uint("rank", 0, "the RPC rank to serve as: requests for other ranks are refused (ErrWrongRank)")
 	groupFile := fs.String("group", "", "join the group of this attach `FILE` (a name line, then RANK URI lines) as --rank, listening on the rank's URI unless --listen is given, and serve the group status service (ferry group stat)")
 	withSWIM := fs.Bool("swim", false, "with --group: run SWIM failure detection and log each membership event (member rank=N state=alive|suspect|dead)")
+	peerBudget := fs.Int64("peer-budget", 0, "bytes the RPC rank may owe all its peers: requests not answered, outputs not pulled (rpc.Options.PeerBudget; 0: the default, 256 MiB; negative: none)")
 	mflags := addMsgrFlags(fs, "stateless-server")
 	ops := addOpsFlags(fs)
 	aflags := addServerAuthFlags(fs)
@@ -90,7 +91,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		fsid = randomFSID()
 	}
 	log := newLogger(e, *verbose)
-	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts, Rank: uint32(*rank), Group: groupName})
+	srv, err := startServer(serverConfig{Listen: *listen, Name: ident, ID: id, FSID: fsid, Logger: log, Msgr: mopts, Rank: uint32(*rank), Group: groupName, PeerBudget: *peerBudget})
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -165,6 +166,8 @@ type serverConfig struct {
 	Rank uint32
 	// Group is the primary group's name (default rpc.DefaultGroup).
 	Group string
+	// PeerBudget is the RPC rank's rpc.Options.PeerBudget.
+	PeerBudget int64
 }
 
 // server answers every MPing with an MPing whose front is a mon-like JSON
@@ -231,7 +234,7 @@ func startServer(cfg serverConfig) (*server, error) {
 	// The RPC layer joins the messenger (it takes only RPC message types)
 	// as cfg.Rank with one context: every rpc instance serves the
 	// self-test protocol and the internal RPCs.
-	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: cfg.Rank, Group: cfg.Group, Logger: cfg.Logger})
+	ri, err := rpc.New(rpc.Options{Messenger: m, Rank: cfg.Rank, Group: cfg.Group, Logger: cfg.Logger, PeerBudget: cfg.PeerBudget})
 	if err != nil {
 		m.Shutdown()
 		return nil, err
