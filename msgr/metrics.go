@@ -80,7 +80,7 @@ func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
 		faults:        r.CounterVec(d("faults", "Sockets that failed, by reason.", "reason")),
 		throttleWaits: r.Counter(d("throttle_waits", "Received messages that waited for throttle budget before their body was read.")),
 		readPauses:    r.Counter(d("read_pauses", "Times a connection was not read from because it held more than its share of the send budget.")),
-		slowClosed:    r.Counter(d("slow_consumer_closes", "Connections closed because their peer read nothing while they held more than their share of the send budget.")),
+		slowClosed:    r.Counter(d("slow_consumer_closes", "Connections closed (ErrSlowConsumer) because nothing they had queued was written for SlowConsumerTimeout: their peer read nothing.")),
 		keepaliveRTT:  r.Histogram(d("keepalive_rtt_seconds", "Round trip of a KEEPALIVE2 and its ack, in seconds.")),
 	}
 	for i := range mm.rows {
