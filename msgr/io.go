@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,6 +49,11 @@ func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
 	return &frameReader{c: c, r: r, br: br, pol: pol, lossy: pol.Lossy, inj: c.m.cfg.Inject.SocketFailures, lw: newLowat(r)}
 }
 
+// fairFrames is how many frames a reader goroutine reads in a row from
+// its buffer, without waiting for the socket, before it lets other
+// goroutines run.
+const fairFrames = 16
+
 // readLoop is the socket's reader goroutine: it holds the reader role
 // whenever no waiting goroutine has taken it (readrole.go), and reads
 // frames until the socket fails. It returns the error that ended it.
@@ -58,7 +64,7 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	rr.fr = fr // the role is the reader goroutine's to begin with
 	rr.mu.Unlock()
 	for {
-		for {
+		for burst := 0; ; {
 			yield, err := fr.step(true)
 			if err != nil {
 				rr.exit()
@@ -66,6 +72,16 @@ func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 			}
 			if yield && rr.yieldBG() {
 				break
+			}
+			if fr.br.Buffered() == 0 {
+				burst = 0
+			} else if burst++; burst == fairFrames {
+				// A peer that keeps the socket full would hold the
+				// processor for the scheduler's whole time slice (10
+				// ms), an honest connection's turn waiting behind every
+				// such reader's: give it to the others.
+				burst = 0
+				runtime.Gosched()
 			}
 		}
 		if err := rr.acquireBG(r); err != nil {

@@ -545,10 +545,13 @@ func testFloodRPC(t *testing.T, kind, sizes string, peerBudget int64) {
 		if r.Failures != 0 || r.Error != "" {
 			t.Errorf("honest selftest %d: %d failures %s", i, r.Failures, r.Error)
 		}
-		// The issue asks for under 2 s. Measured on the 2-vCPU VM the
-		// first run, which starts as the 32 flooders are at full speed,
-		// had one RPC of 1.3-3.2 s (p99 0.4-1.0 s), the later runs
-		// under 0.6 s: the bound here is 5 s until that is found.
+		// The issue asks for under 2 s. The first run starts as the 32
+		// flooders are at full speed: before readers yielded every
+		// fairFrames frames (msgr), its slowest RPC took 1.3-3.9 s,
+		// each honest turn waiting behind every flooding reader's full
+		// time slice; since, 0.6-1.24 s (rpc) and 0.39-0.59 s (bulk) on
+		// the 2-vCPU VM. Latency is reported, not asserted (a loaded
+		// machine stretches it); the bound here only catches a stall.
 		if r.Max >= 5e6 {
 			t.Errorf("honest selftest %d: an RPC took %.0f µs, want under 5 s", i, r.Max)
 		}
