@@ -62,11 +62,11 @@ func startMember(t *testing.T, bin, file string, rank int) *groupMember {
 
 // startMemberCmd is startMember with the command made by mk (to run it
 // in a network namespace).
-func startMemberCmd(t *testing.T, rank int, mk func(ctx context.Context, args ...string) *exec.Cmd, file string) *groupMember {
+func startMemberCmd(t *testing.T, rank int, mk func(ctx context.Context, args ...string) *exec.Cmd, file string, extra ...string) *groupMember {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	cmd := mk(ctx, "serve", "--group", file, "--rank", fmt.Sprint(rank), "--swim")
+	cmd := mk(ctx, append([]string{"serve", "--group", file, "--rank", fmt.Sprint(rank), "--swim"}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
