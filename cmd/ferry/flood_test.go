@@ -74,18 +74,11 @@ func (neverReads) Dispatch(*msg.Message) bool        { select {} }
 // and reads none of the echoes; when the server closes the connection it
 // says why on stdout and connects again.
 func floodPing(addr string, num int64) int {
-	m, err := msgr.New(msgr.Config{
-		Name:       msg.EntityName{Type: msg.EntityClient, Num: num},
-		Transports: transport.Default, Logger: slog.New(slog.DiscardHandler),
-		// Its own keepalives would not be read either.
-		KeepaliveInterval: -1, KeepaliveTimeout: -1,
-		OutQueueBytes: 4 << 20,
-	})
+	m, err := floodMessenger(num)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	m.SetDefaultPolicy(msgr.LossyClient())
 	m.AddDispatcherTail(neverReads{})
 	if err := m.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -117,11 +110,9 @@ func floodPing(addr string, num int64) int {
 	}
 }
 
-// floodRPC sends self-test requests with input in to rank 0 at addr as
-// fast as the target takes them, with no credit limit, and reads none
-// of the replies: its messenger's reader stops at the first message, so
-// the outputs that overflow (bulk) are never pulled either.
-func floodRPC(addr string, num int64, in *rpc.SelfTestInput) int {
+// floodMessenger is a flooder's messenger: client.num, lossy, with a
+// small out queue and no keepalives (its own would not be read either).
+func floodMessenger(num int64) (*msgr.Messenger, error) {
 	m, err := msgr.New(msgr.Config{
 		Name:       msg.EntityName{Type: msg.EntityClient, Num: num},
 		Transports: transport.Default, Logger: slog.New(slog.DiscardHandler),
@@ -129,10 +120,22 @@ func floodRPC(addr string, num int64, in *rpc.SelfTestInput) int {
 		OutQueueBytes: 4 << 20,
 	})
 	if err != nil {
+		return nil, err
+	}
+	m.SetDefaultPolicy(msgr.LossyClient())
+	return m, nil
+}
+
+// floodRPC sends self-test requests with input in to rank 0 at addr as
+// fast as the target takes them, with no credit limit, and reads none
+// of the replies: its messenger's reader stops at the first message, so
+// the outputs that overflow (bulk) are never pulled either.
+func floodRPC(addr string, num int64, in *rpc.SelfTestInput) int {
+	m, err := floodMessenger(num)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	m.SetDefaultPolicy(msgr.LossyClient())
 	ri, err := rpc.New(rpc.Options{Messenger: m, Logger: slog.New(slog.DiscardHandler), Credits: rpc.UnlimitedCredits, Timeout: time.Hour})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
