@@ -52,11 +52,13 @@ func (c *Conn) runOutgoing() {
 			// A lossy connection fails for good once it has been open
 			// (with a reset event), or when the peer refuses it. A fault
 			// while connecting is retried, as Ceph does, so that what was
-			// queued is not lost.
+			// queued is not lost. Closed first, so that a RefusedHandler
+			// finds the dial's error in Err (it found nil when the event
+			// ran before close: a request's error then lost "refused").
+			c.close(err, true)
 			if errors.Is(err, transport.ErrRefused) {
 				m.queueEvent(itemRefused, c)
 			}
-			c.close(err, true)
 			return
 		}
 		if errors.Is(err, transport.ErrRefused) {
