@@ -35,6 +35,22 @@ func Update(crc uint32, p []byte) uint32 {
 	return crc32.Update(^fold(^crc, p[:n]), table, p[n:])
 }
 
+// CopyUpdate copies src into dst, as copy does, and returns the count
+// copied and the result of adding the copied bytes to crc, as Update
+// does. The CRC is folded from the registers the copy loads, so the two
+// cost one pass over src rather than two. dst and src must not overlap.
+func CopyUpdate(crc uint32, dst, src []byte) (int, uint32) {
+	n := min(len(dst), len(src))
+	if !useFold || n < foldMin {
+		copy(dst, src[:n])
+		return n, crc32.Update(crc, table, src[:n])
+	}
+	k := n &^ 255
+	crc = ^foldCopy(^crc, dst[:k], src[:k])
+	copy(dst[k:n], src[k:n])
+	return n, crc32.Update(crc, table, src[k:n])
+}
+
 // Checksum returns the crc32c of p.
 func Checksum(p []byte) uint32 { return Update(0, p) }
 

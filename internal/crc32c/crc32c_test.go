@@ -3,6 +3,7 @@ package crc32c
 import (
 	"hash/crc32"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 )
 
@@ -110,4 +111,82 @@ func itoa(n int) string {
 		return string(rune('0' + n))
 	}
 	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// TestCopyUpdate checks that CopyUpdate copies exactly min(len(dst),
+// len(src)) bytes, leaves the rest of dst alone and returns Update's CRC,
+// for lengths around the fold's block sizes at every alignment.
+func TestCopyUpdate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 1<<20+64)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	dst := make([]byte, len(src)+64)
+	lens := []int{0, 1, 255, 256, 511, 512, 513, 767, 768, 1000, 4096, 65536 + 17, 1 << 20}
+	for _, n := range lens {
+		for _, extra := range []int{0, 5} {
+			so, do := rng.IntN(64), rng.IntN(64)
+			for i := range dst {
+				dst[i] = 0xA5
+			}
+			seed := rng.Uint32()
+			s := src[so : so+n]
+			d := dst[do : do+n+extra]
+			if extra > 0 {
+				s = src[so : so+n]
+				d = dst[do : do+n]
+			}
+			got, crc := CopyUpdate(seed, d, s)
+			if got != n {
+				t.Fatalf("len %d: copied %d", n, got)
+			}
+			if want := crc32.Update(seed, table, s); crc != want {
+				t.Fatalf("len %d src %d dst %d: crc %#08x want %#08x", n, so, do, crc, want)
+			}
+			for i := range dst {
+				inside := i >= do && i < do+n
+				if inside && dst[i] != s[i-do] || !inside && dst[i] != 0xA5 {
+					t.Fatalf("len %d src %d dst %d: byte %d is %#x", n, so, do, i, dst[i])
+				}
+			}
+		}
+	}
+	// A shorter dst bounds the copy and the CRC.
+	d := make([]byte, 700)
+	n, crc := CopyUpdate(0, d, src[:1000])
+	if n != 700 || crc != crc32.Update(0, table, src[:700]) {
+		t.Fatalf("short dst: n %d crc %#08x", n, crc)
+	}
+}
+
+// BenchmarkCopyUpdate compares a copy followed by Update with the fused
+// CopyUpdate on 64 KiB and 1 MiB.
+func BenchmarkCopyUpdate(b *testing.B) {
+	for _, n := range []int{64 << 10, 1 << 20} {
+		src := make([]byte, n)
+		dst := make([]byte, n)
+		for i := range src {
+			src[i] = byte(i * 7)
+		}
+		b.Run("copy+update/"+strconv.Itoa(n>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				copy(dst, src)
+				Update(0, dst)
+			}
+		})
+		b.Run("fused/"+strconv.Itoa(n>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				CopyUpdate(0, dst, src)
+			}
+		})
+		b.Run("copy/"+strconv.Itoa(n>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
 }

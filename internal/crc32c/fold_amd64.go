@@ -21,3 +21,13 @@ func foldAVX512(seed uint32, p *byte, n int, k *[16]uint64) uint32
 func fold(seed uint32, p []byte) uint32 {
 	return foldAVX512(seed, &p[0], len(p), &consts)
 }
+
+// foldCopyAVX512 is foldAVX512 over src that also stores the n bytes it
+// reads to dst.
+//
+//go:noescape
+func foldCopyAVX512(seed uint32, dst, src *byte, n int, k *[16]uint64) uint32
+
+func foldCopy(seed uint32, dst, src []byte) uint32 {
+	return foldCopyAVX512(seed, &dst[0], &src[0], len(src), &consts)
+}
