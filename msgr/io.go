@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr/msgr2"
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // frameReader is what the reader role of one socket carries from frame
@@ -362,7 +363,8 @@ const (
 // lowat is the reader's handle on its socket's receive low water mark
 // (one per socket, so that changing it does not allocate).
 type lowat struct {
-	raw  syscall.RawConn // nil if the connection is not a socket
+	raw  syscall.RawConn     // nil if the connection is not a socket
+	cr   transport.CRCReader // copies and checksums in one pass (shm), if not a socket; else nil
 	mark int             // the mark in force (1 is the kernel's default)
 	v    int
 	fn   func(uintptr)
@@ -370,6 +372,9 @@ type lowat struct {
 
 func newLowat(r *socketRun) *lowat {
 	l := &lowat{raw: r.raw, mark: 1}
+	if cr, ok := r.nc.(transport.CRCReader); ok && r.raw == nil {
+		l.cr = cr
+	}
 	l.fn = l.setFD
 	return l
 }
@@ -394,7 +399,14 @@ func (l *lowat) set(v int) {
 // (msgr2.UpdateSegmentCRC), while the piece is still in the CPU's cache
 // and before the rest of the data has arrived, so that checking the data
 // segment's CRC costs next to nothing once its last byte is in.
+//
+// On a connection that checksums as it copies (transport.CRCReader,
+// shm), read takes what br holds and then reads the rest straight from
+// the connection, the copy and the CRC one pass over the data.
 func (l *lowat) read(br *bufio.Reader, p []byte, left int, crc *uint32) error {
+	if l.cr != nil && crc != nil {
+		return l.readCRC(br, p, crc)
+	}
 	if left < lowatMin && l.mark == 1 || l.raw == nil {
 		_, err := io.ReadFull(br, p)
 		if err == nil && crc != nil {
@@ -411,6 +423,28 @@ func (l *lowat) read(br *bufio.Reader, p []byte, left int, crc *uint32) error {
 			*crc = msgr2.UpdateSegmentCRC(*crc, p[:k])
 		}
 		p, left = p[k:], left-k
+		if err != nil && (len(p) > 0 || !errors.Is(err, io.EOF)) {
+			return err
+		}
+	}
+	return nil
+}
+
+// readCRC is read on a transport.CRCReader.
+func (l *lowat) readCRC(br *bufio.Reader, p []byte, crc *uint32) error {
+	for len(p) > 0 {
+		if n := br.Buffered(); n > 0 {
+			k, _ := br.Read(p[:min(n, len(p))])
+			*crc = msgr2.UpdateSegmentCRC(*crc, p[:k])
+			p = p[k:]
+			continue
+		}
+		// br is empty, so the connection's next bytes are p's. The
+		// segment CRC is ceph_crc32c, crc32.Update's with both
+		// inversions left out.
+		k, c, err := l.cr.ReadCRC(p, ^*crc)
+		*crc = ^c
+		p = p[k:]
 		if err != nil && (len(p) > 0 || !errors.Is(err, io.EOF)) {
 			return err
 		}

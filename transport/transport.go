@@ -99,6 +99,19 @@ type TryWriter interface {
 	TryWriteBuffers(bufs [][]byte) (int, error)
 }
 
+// CRCReader is an optional capability of a Conn that copies what it
+// reads out of memory it shares with its peer (shm): ReadCRC is Read,
+// and it also folds the Castagnoli CRC-32 of the bytes it returns into
+// crc as it copies them, in one pass over the data rather than a copy
+// and a second pass to checksum it. The CRC is of the bytes placed in b
+// (the copy's own loads), so a peer that changes the shared memory while
+// it is read cannot make b differ from what was checksummed.
+type CRCReader interface {
+	// ReadCRC reads into b as Read does and returns the count and
+	// crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), b[:n]).
+	ReadCRC(b []byte, crc uint32) (n int, newCRC uint32, err error)
+}
+
 // LocalSocket is an optional capability of a Transport whose addresses
 // name a Unix socket on this host (unix, shm): SocketPath returns the
 // path a listener on a binds, so a caller choosing among a peer's

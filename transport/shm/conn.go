@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ferrymsg/ferry/internal/crc32c"
 	"github.com/ferrymsg/ferry/transport"
 )
 
@@ -373,6 +374,17 @@ func expired(dl int64) bool { return dl != 0 && time.Now().UnixNano() >= dl }
 // the read deadline passes, and an error matching ErrPeerLost and
 // syscall.ECONNRESET when the peer went away without closing.
 func (c *Conn) Read(b []byte) (int, error) {
+	n, _, err := c.read(b, 0, false)
+	return n, err
+}
+
+// ReadCRC is Read that also returns crc32.Update(crc, Castagnoli, b[:n]),
+// computed from the copy's own loads (transport.CRCReader).
+func (c *Conn) ReadCRC(b []byte, crc uint32) (int, uint32, error) {
+	return c.read(b, crc, true)
+}
+
+func (c *Conn) read(b []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	spun := false
@@ -380,32 +392,34 @@ func (c *Conn) Read(b []byte) (int, error) {
 	for {
 		switch {
 		case c.closed.Load():
-			return 0, c.opError("read", net.ErrClosed)
+			return 0, crc, c.opError("read", net.ErrClosed)
 		case c.broken.Load():
-			return 0, c.opError("read", errPeerLost)
+			return 0, crc, c.opError("read", errPeerLost)
 		}
 		g := c.gen.Load() // before the deadline: a new one is then seen, or broadcasts after g
 		dl := c.rdl.Load()
 		if expired(dl) {
-			return 0, c.opError("read", os.ErrDeadlineExceeded)
+			return 0, crc, c.opError("read", os.ErrDeadlineExceeded)
 		}
 		if len(b) == 0 {
-			return 0, nil
+			return 0, crc, nil
 		}
 		peerClosed := c.peerClosed.Load() != 0 // before head: see the closing side's last bytes
-		n, err := c.take(b)
+		var n int
+		var err error
+		n, crc, err = c.take(b, crc, withCRC)
 		if err != nil {
 			c.broken.Store(true)
-			return 0, c.opError("read", err)
+			return 0, crc, c.opError("read", err)
 		}
 		if n > 0 {
 			if since != 0 {
 				c.adaptRead(time.Duration(time.Now().UnixNano() - since))
 			}
-			return n, nil
+			return n, crc, nil
 		}
 		if peerClosed {
-			return 0, io.EOF
+			return 0, crc, io.EOF
 		}
 		if since == 0 {
 			since = time.Now().UnixNano()
@@ -421,27 +435,35 @@ func (c *Conn) Read(b []byte) (int, error) {
 }
 
 // take copies readable bytes into b and releases their space, a
-// copyChunk at a time, waking the peer if it waits for room.
-func (c *Conn) take(b []byte) (int, error) {
+// copyChunk at a time, waking the peer if it waits for room. With
+// withCRC it folds the bytes' CRC into crc as it copies them
+// (crc32c.CopyUpdate).
+func (c *Conn) take(b []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	tail := c.inTail.Load()
 	avail := c.inHead.Load() - tail
 	if avail == 0 {
-		return 0, nil
+		return 0, crc, nil
 	}
 	if avail > c.size {
-		return 0, errCorrupt
+		return 0, crc, errCorrupt
 	}
 	n := min(uint64(len(b)), avail)
 	for done := uint64(0); done < n; {
 		k := min(n-done, copyChunk)
 		off := (tail + done) & c.mask
-		m := uint64(copy(b[done:done+k], c.in[off:]))
-		copy(b[done+m:done+k], c.in)
+		dst := b[done : done+k]
+		if withCRC {
+			m, x := crc32c.CopyUpdate(crc, dst, c.in[off:])
+			_, crc = crc32c.CopyUpdate(x, dst[m:], c.in)
+		} else {
+			m := copy(dst, c.in[off:])
+			copy(dst[m:], c.in)
+		}
 		done += k
 		publish(c.inTail, tail+done)
 		c.notify(c.peerRoom)
 	}
-	return int(n), nil
+	return int(n), crc, nil
 }
 
 // Write writes b, blocking while the ring is full. It returns a timeout

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -703,5 +704,47 @@ func TestTryWriteBuffers(t *testing.T) {
 	c.Close()
 	if _, err := tw.TryWriteBuffers([][]byte{{7}}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("TryWriteBuffers after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestReadCRC checks transport.CRCReader: the bytes ReadCRC returns, and
+// their CRC folded into the running one, across the ring's wrap and in
+// pieces smaller and larger than a copy chunk, with a running CRC
+// carried from one call to the next.
+func TestReadCRC(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: 64}), sockAddr(t))
+	cr, ok := s.(transport.CRCReader)
+	if !ok {
+		t.Fatal("an shm Conn is not a transport.CRCReader")
+	}
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	data := make([]byte, 5*MinRingSize+12345)
+	for i := range data {
+		data[i] = byte(i*131 + i>>9)
+	}
+	go func() {
+		_, _ = c.Write(data)
+	}()
+	got := make([]byte, 0, len(data))
+	var crc uint32
+	for i := 0; len(got) < len(data); i++ {
+		want := []int{1, 700, 64 << 10, 3 * MinRingSize, 100}[i%5]
+		buf := make([]byte, min(want, len(data)-len(got)))
+		n, next, err := cr.ReadCRC(buf, crc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next != crc32.Update(crc, tab, buf[:n]) {
+			t.Fatalf("read %d: CRC %#08x, want that of the bytes read", i, next)
+		}
+		crc = next
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read back bytes that differ at %d", firstDiff(got, data))
+	}
+	if crc != crc32.Checksum(data, tab) {
+		t.Fatalf("running CRC %#08x, want %#08x", crc, crc32.Checksum(data, tab))
 	}
 }
