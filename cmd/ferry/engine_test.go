@@ -18,6 +18,7 @@ import (
 	"github.com/ferrymsg/ferry/ceph"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
@@ -414,5 +415,41 @@ func TestMonStatusJSON(t *testing.T) {
 	}
 	if _, err := ceph.ParseFSID(fsid.String()); err != nil || fsid.String()[14] != '4' {
 		t.Errorf("random fsid %s is not a version 4 UUID", fsid)
+	}
+}
+
+// TestDataCRC checks the ping engine's CRC of its data against
+// msgr2.SegmentCRC over the bytes, across sizes and tids (every offset
+// of the pattern), and that the echo check compares CRCs when msgr
+// recorded one and bytes otherwise.
+func TestDataCRC(t *testing.T) {
+	p := &pingClient{}
+	for _, size := range []int{0, 5, 8, 9, 300, 70000, 1 << 20} {
+		for tid := uint64(1); tid < 2*patternPeriod+3; tid += 7 {
+			d := p.requestData(tid, size)
+			if got, want := p.dataCRC(tid, size), msgr2.SegmentCRC(d); got != want {
+				t.Fatalf("size %d tid %d: crc %#08x, want %#08x", size, tid, got, want)
+			}
+		}
+	}
+	d := p.requestData(3, 70000)
+	pp := pendingPing{data: d, crc: p.dataCRC(3, 70000), crcSet: true}
+	other := p.requestData(4, 70000)
+	r := &msg.Message{Data: other}
+	if pp.echoed(r) {
+		t.Fatal("another ping's data echoed without a CRC")
+	}
+	r.SetReceivedDataCRC(msgr2.SegmentCRC(other))
+	if pp.echoed(r) {
+		t.Fatal("another ping's data echoed with its CRC")
+	}
+	r = &msg.Message{Data: d}
+	r.SetReceivedDataCRC(msgr2.SegmentCRC(d))
+	if !pp.echoed(r) {
+		t.Fatal("the echo with its CRC not recognised")
+	}
+	r = &msg.Message{Data: d}
+	if !pp.echoed(r) {
+		t.Fatal("the echo without a CRC not recognised")
 	}
 }
