@@ -135,6 +135,9 @@ type BulkTransfer struct {
 	tempReg bool
 	// direct: the transfer asked for the peer's addresses (startDirect).
 	direct bool
+	// awaiting: TransferWait's caller reads conn in Await; whoever
+	// completes the transfer nudges it.
+	awaiting atomic.Bool
 	// spans asked for (GET) or sent (PUT) and not answered in full
 	// (guarded by the context's bmu).
 	spans []bulkSpan
@@ -216,6 +219,17 @@ func (c *Context) TransferWait(ctx context.Context, d BulkDesc) error {
 	t, err := c.startTransfer(d, nil, nil)
 	if err != nil {
 		return err
+	}
+	// Read the transfer's answers in this goroutine if nobody else is
+	// reading its connection (msgr's reader role): the network then wakes
+	// this goroutine, which lands the chunks and asks for the next ones
+	// itself, rather than the connection's reader goroutine, which would
+	// have to wake it when the last chunk lands.
+	t.awaiting.Store(true)
+	// Otherwise ctx ended, or the connection closed and the transfer
+	// fails through its account (or its timeout) as any other.
+	if got, _ := t.conn.Await(ctx, t.done); got {
+		return t.err
 	}
 	select {
 	case <-t.done:
@@ -601,6 +615,9 @@ func (c *Context) finishXfers(fin []*BulkTransfer) {
 			}
 		}
 		close(t.done)
+		if t.awaiting.Load() {
+			t.conn.Nudge() // its caller may be reading the connection in Await
+		}
 		if t.direct {
 			forgetDirect(t) // after done: startDirect checks it
 		}
