@@ -417,6 +417,7 @@ type socketRun struct {
 	nc  net.Conn
 	raw syscall.RawConn     // for non-blocking inline writes; nil if nc is not a socket
 	tw  transport.TryWriter // for inline writes when nc is not a socket but has them (shm); else nil
+	cw  transport.CRCWriter // checksums data as it copies it (shm); nil on sockets
 
 	e    *msgr2.Engine
 	v1   *msgr1.Engine // instead of e on a msgr1 socket (v1.go)
@@ -461,6 +462,9 @@ func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 	}
 	if tw, ok := nc.(transport.TryWriter); ok && r.raw == nil {
 		r.tw = tw
+	}
+	if cw, ok := nc.(transport.CRCWriter); ok && r.raw == nil {
+		r.cw = cw
 	}
 	return r
 }

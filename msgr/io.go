@@ -619,6 +619,13 @@ type crcFix struct {
 	after      int
 	piece, off int
 	pos        int // the CRC's offset in wbuf, until piece is known
+
+	// fused: iov[first..after] is the data, each buffer a piece of its
+	// own, and the CRC is folded into crc as they are written
+	// (writeFused).
+	fused bool
+	first int
+	crc   uint32
 }
 
 // collectLocked moves the next batch of work into w: requeued messages
@@ -727,6 +734,11 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			w.mf.DataCRC, w.mf.DataCRCSet = 0, true // FeatureNoDataCRC
 		}
 		deferCRC := false
+		fused := !w.mf.DataCRCSet && c.run != nil && c.run.cw != nil && fusedCRC(mm.Data)
+		if fused {
+			// Checksummed as it is copied out (writeFused).
+			w.mf.DataCRC, w.mf.DataCRCSet = 0, true
+		}
 		if w.deferOK && !w.mf.DataCRCSet {
 			for _, p := range mm.Data {
 				if len(p) >= copyMax {
@@ -738,6 +750,7 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			}
 		}
 		w.wbuf = w.mf.AppendHead(w.wbuf, rev1)
+		first := -1
 		for _, p := range mm.Data {
 			if len(p) < copyMax {
 				w.wbuf = append(w.wbuf, p...)
@@ -746,9 +759,15 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			if len(w.wbuf) > mark {
 				addPiece()
 			}
+			if first < 0 {
+				first = len(w.iov)
+			}
 			w.iov = append(w.iov, p)
 		}
 		w.wbuf = w.mf.AppendTail(w.wbuf, rev1)
+		if fused {
+			w.fix = append(w.fix, crcFix{data: mm.Data, first: first, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4, fused: true})
+		}
 		if deferCRC {
 			// The data CRC is the epilogue's last word (segment 3 of 4).
 			w.fix = append(w.fix, crcFix{data: mm.Data, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4})
@@ -808,6 +827,9 @@ const maxIovecs = 1024
 // per stage and reports done=false as soon as the socket does not take a
 // whole stage, leaving the progress in w for a blocking call to finish.
 func (w *writeState) writeOut(r *socketRun, blocking bool) (done bool, err error) {
+	if r.cw != nil && len(w.fix) > 0 {
+		return w.writeFused(r, blocking)
+	}
 	if r.raw == nil && r.tw != nil && !blocking {
 		// Not a socket, but it takes bytes without waiting (shm): an
 		// inline write of what fits, the rest for the writer goroutine.

@@ -112,6 +112,18 @@ type CRCReader interface {
 	ReadCRC(b []byte, crc uint32) (n int, newCRC uint32, err error)
 }
 
+// CRCWriter is CRCReader's counterpart for writing: WriteCRC writes b
+// and folds the Castagnoli CRC-32 of what it wrote into crc in the same
+// pass as its copy into the shared memory, so a sender that must
+// checksum what it sends (msgr2's data CRC) reads the data once.
+type CRCWriter interface {
+	// WriteCRC writes b as Write does, or, with try, only as much as
+	// the connection takes without waiting (as TryWriter), and returns
+	// the count and crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli),
+	// b[:n]).
+	WriteCRC(b []byte, crc uint32, try bool) (n int, newCRC uint32, err error)
+}
+
 // LocalSocket is an optional capability of a Transport whose addresses
 // name a Unix socket on this host (unix, shm): SocketPath returns the
 // path a listener on a binds, so a caller choosing among a peer's

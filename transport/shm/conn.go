@@ -472,6 +472,21 @@ func (c *Conn) take(b []byte, crc uint32, withCRC bool) (int, uint32, error) {
 // peer closed, and one matching ErrPeerLost and syscall.ECONNRESET when
 // the peer went away without closing.
 func (c *Conn) Write(b []byte) (int, error) {
+	n, _, err := c.write(b, 0, false)
+	return n, err
+}
+
+// WriteCRC writes b as Write does, or, with try, as TryWriteBuffers does,
+// and returns the count written and crc32.Update(crc, Castagnoli,
+// b[:n]), folded into the copy into the ring (transport.CRCWriter).
+func (c *Conn) WriteCRC(b []byte, crc uint32, try bool) (int, uint32, error) {
+	if try {
+		return c.tryWrite(b, crc)
+	}
+	return c.write(b, crc, true)
+}
+
+func (c *Conn) write(b []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	n := 0
@@ -479,30 +494,32 @@ func (c *Conn) Write(b []byte) (int, error) {
 	for {
 		switch {
 		case c.closed.Load():
-			return n, c.opError("write", net.ErrClosed)
+			return n, crc, c.opError("write", net.ErrClosed)
 		case c.broken.Load():
-			return n, c.opError("write", errPeerLost)
+			return n, crc, c.opError("write", errPeerLost)
 		case c.peerClosed.Load() != 0:
-			return n, c.opError("write", syscall.EPIPE)
+			return n, crc, c.opError("write", syscall.EPIPE)
 		}
 		g := c.gen.Load()
 		dl := c.wdl.Load()
 		if expired(dl) {
-			return n, c.opError("write", os.ErrDeadlineExceeded)
+			return n, crc, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		if n == len(b) {
-			return n, nil
+			return n, crc, nil
 		}
-		k, err := c.put(b[n:])
+		var k int
+		var err error
+		k, crc, err = c.put(b[n:], crc, withCRC)
 		if err != nil {
 			c.broken.Store(true)
-			return n, c.opError("write", err)
+			return n, crc, c.opError("write", err)
 		}
 		if k > 0 {
 			n += k
 			if n == len(b) {
 				// Done, even if the peer read it all and closed since.
-				return n, nil
+				return n, crc, nil
 			}
 			spun = false
 			continue
@@ -538,7 +555,7 @@ func (c *Conn) TryWriteBuffers(bufs [][]byte) (int, error) {
 			case c.peerClosed.Load() != 0:
 				return n, c.opError("write", syscall.EPIPE)
 			}
-			k, err := c.put(b)
+			k, _, err := c.put(b, 0, false)
 			if err != nil {
 				c.broken.Store(true)
 				return n, c.opError("write", err)
@@ -553,28 +570,63 @@ func (c *Conn) TryWriteBuffers(bufs [][]byte) (int, error) {
 	return n, nil
 }
 
+// tryWrite is TryWriteBuffers of the one buffer b, folding its CRC into
+// crc as it copies.
+func (c *Conn) tryWrite(b []byte, crc uint32) (int, uint32, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	n := 0
+	for len(b) > 0 {
+		switch {
+		case c.closed.Load():
+			return n, crc, c.opError("write", net.ErrClosed)
+		case c.broken.Load():
+			return n, crc, c.opError("write", errPeerLost)
+		case c.peerClosed.Load() != 0:
+			return n, crc, c.opError("write", syscall.EPIPE)
+		}
+		k, x, err := c.put(b, crc, true)
+		if err != nil {
+			c.broken.Store(true)
+			return n, crc, c.opError("write", err)
+		}
+		n, crc, b = n+k, x, b[k:]
+		if k == 0 && !c.spinUntil(c.writable, 0, 0, c.gen.Load()) {
+			break
+		}
+	}
+	return n, crc, nil
+}
+
 // put copies as much of p as fits into the ring and publishes it, a
-// copyChunk at a time, waking the peer if it waits for bytes.
-func (c *Conn) put(p []byte) (int, error) {
+// copyChunk at a time, waking the peer if it waits for bytes. With
+// withCRC it folds the bytes' CRC into crc as it copies them.
+func (c *Conn) put(p []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	head := c.outHead.Load()
 	used := head - c.outTail.Load()
 	if used > c.size {
-		return 0, errCorrupt
+		return 0, crc, errCorrupt
 	}
 	n := min(uint64(len(p)), c.size-used)
 	if n == 0 {
-		return 0, nil
+		return 0, crc, nil
 	}
 	for done := uint64(0); done < n; {
 		k := min(n-done, copyChunk)
 		off := (head + done) & c.mask
-		m := uint64(copy(c.out[off:], p[done:done+k]))
-		copy(c.out, p[done+m:done+k])
+		src := p[done : done+k]
+		if withCRC {
+			m, x := crc32c.CopyUpdate(crc, c.out[off:], src)
+			_, crc = crc32c.CopyUpdate(x, c.out, src[m:])
+		} else {
+			m := copy(c.out[off:], src)
+			copy(c.out, src[m:])
+		}
 		done += k
 		publish(c.outHead, head+done)
 		c.notify(c.peerWake)
 	}
-	return int(n), nil
+	return int(n), crc, nil
 }
 
 // Close closes the connection: the peer reads what was written and then

@@ -748,3 +748,44 @@ func TestReadCRC(t *testing.T) {
 		t.Fatalf("running CRC %#08x, want %#08x", crc, crc32.Checksum(data, tab))
 	}
 }
+
+// TestWriteCRC checks transport.CRCWriter: the CRC WriteCRC returns is
+// that of the bytes it wrote, blocking across the ring's wrap while the
+// peer reads, and, with try, of the part a full ring took.
+func TestWriteCRC(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	c, s := transporttest.Pair(t, NewWithOptions(Options{RingSize: MinRingSize, Spin: 64}), sockAddr(t))
+	cw, ok := c.(transport.CRCWriter)
+	if !ok {
+		t.Fatal("an shm Conn is not a transport.CRCWriter")
+	}
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	data := make([]byte, 3*MinRingSize+777)
+	for i := range data {
+		data[i] = byte(i*29 + i>>11)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(data))
+		_, _ = io.ReadFull(s, b)
+		got <- b
+	}()
+	n, crc, err := cw.WriteCRC(data, 7, false)
+	if err != nil || n != len(data) {
+		t.Fatalf("WriteCRC: %d, %v", n, err)
+	}
+	if want := crc32.Update(7, tab, data); crc != want {
+		t.Fatalf("WriteCRC: CRC %#08x, want %#08x", crc, want)
+	}
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("read back bytes that differ at %d", firstDiff(b, data))
+	}
+	// Nobody reads now: try takes what the empty ring holds.
+	n, crc, err = cw.WriteCRC(data, 0, true)
+	if err != nil || n != MinRingSize {
+		t.Fatalf("WriteCRC with try into an empty %d-byte ring: %d, %v", MinRingSize, n, err)
+	}
+	if want := crc32.Checksum(data[:n], tab); crc != want {
+		t.Fatalf("WriteCRC with try: CRC %#08x, want that of the %d bytes written", crc, n)
+	}
+}
