@@ -365,7 +365,7 @@ const (
 type lowat struct {
 	raw  syscall.RawConn     // nil if the connection is not a socket
 	cr   transport.CRCReader // copies and checksums in one pass (shm), if not a socket; else nil
-	mark int             // the mark in force (1 is the kernel's default)
+	mark int                 // the mark in force (1 is the kernel's default)
 	v    int
 	fn   func(uintptr)
 }
