@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 
 	"github.com/ferrymsg/ferry/msg"
-	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
 // Data CRCs folded into the copy (transport.CRCWriter, shm).
@@ -18,19 +17,26 @@ import (
 // is written.
 
 // fusedCRC reports whether a message's data is written with its CRC
-// folded into the copy: it is large enough for that to pay, and each of
-// its buffers is an iov piece of its own (none small enough for encode
-// to copy into its write buffer).
-func fusedCRC(data msg.Buffers) bool {
-	if len(data) == 0 || data.Len() < crcAheadMin {
-		return false
+// folded into the copy: it is large enough for that to pay, and from its
+// first buffer k on each buffer is an iov piece of its own (encode copies
+// smaller ones into its write buffer, so only those before k may be
+// small: their CRC is computed ahead).
+func fusedCRC(data msg.Buffers) (k int, ok bool) {
+	if data.Len() < crcAheadMin {
+		return 0, false
 	}
-	for _, p := range data {
+	for k < len(data) && len(data[k]) < copyMax {
+		k++
+	}
+	if k == len(data) {
+		return 0, false
+	}
+	for _, p := range data[k:] {
 		if len(p) < copyMax {
-			return false
+			return 0, false
 		}
 	}
-	return true
+	return k, true
 }
 
 // writeFused is writeOut on a transport.CRCWriter for a batch with fused
@@ -48,7 +54,7 @@ func (w *writeState) writeFused(r *socketRun, blocking bool) (done bool, err err
 		if f != nil && w.pos >= f.first {
 			// A fused message's data piece.
 			if w.pos == f.first && w.skip == 0 {
-				f.crc = msgr2.SegmentCRCInit
+				f.crc = f.crc0
 			}
 			b := w.iov[w.pos][w.skip:]
 			// The segment CRC is ceph_crc32c: crc32.Update's without

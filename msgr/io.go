@@ -620,12 +620,12 @@ type crcFix struct {
 	piece, off int
 	pos        int // the CRC's offset in wbuf, until piece is known
 
-	// fused: iov[first..after] is the data, each buffer a piece of its
-	// own, and the CRC is folded into crc as they are written
-	// (writeFused).
-	fused bool
-	first int
-	crc   uint32
+	// fused: iov[first..after] is the data (but for small buffers
+	// before it, whose CRC is crc0), each buffer a piece of its own, and
+	// the CRC is folded into crc as they are written (writeFused).
+	fused     bool
+	first     int
+	crc0, crc uint32
 }
 
 // collectLocked moves the next batch of work into w: requeued messages
@@ -734,7 +734,10 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			w.mf.DataCRC, w.mf.DataCRCSet = 0, true // FeatureNoDataCRC
 		}
 		deferCRC := false
-		fused := !w.mf.DataCRCSet && c.run != nil && c.run.cw != nil && fusedCRC(mm.Data)
+		fused, big := false, 0
+		if !w.mf.DataCRCSet && c.run != nil && c.run.cw != nil {
+			big, fused = fusedCRC(mm.Data)
+		}
 		if fused {
 			// Checksummed as it is copied out (writeFused).
 			w.mf.DataCRC, w.mf.DataCRCSet = 0, true
@@ -766,7 +769,8 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 		}
 		w.wbuf = w.mf.AppendTail(w.wbuf, rev1)
 		if fused {
-			w.fix = append(w.fix, crcFix{data: mm.Data, first: first, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4, fused: true})
+			w.fix = append(w.fix, crcFix{data: mm.Data, first: first, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4,
+				fused: true, crc0: mm.Data[:big].CRC(msgr2.SegmentCRCInit)})
 		}
 		if deferCRC {
 			// The data CRC is the epilogue's last word (segment 3 of 4).

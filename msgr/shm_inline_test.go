@@ -36,36 +36,59 @@ func (e fastEcho) Dispatch(m *msg.Message) bool { e.FastDispatch(m); return true
 // are written partly inline and finished by the writer goroutine. Every
 // reply must come back whole, and after the first few the awaiting
 // goroutine must be the one that delivers them.
-func TestAwaitShmInline(t *testing.T) {
-	reg := transport.NewRegistry(shm.NewWithOptions(shm.Options{RingSize: 16 << 10}))
+// shmEchoPair starts an echo server (fastEcho) and a client messenger
+// over shm with the given shm options, and returns the client's
+// connection to the server and its dispatcher.
+func shmEchoPair(tb testing.TB, o shm.Options) (*msgr.Conn, *awaitClient) {
+	tb.Helper()
+	reg := transport.NewRegistry(shm.NewWithOptions(o))
 	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: reg, Logger: quietLogger()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	s.SetDefaultPolicy(msgr.StatelessServer())
 	s.AddDispatcherTail(fastEcho{})
-	if err := s.Bind("shm://" + filepath.Join(t.TempDir(), "osd.sock")); err != nil {
-		t.Fatal(err)
+	if err := s.Bind("shm://" + filepath.Join(tb.TempDir(), "osd.sock")); err != nil {
+		tb.Fatal(err)
 	}
 	if err := s.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(s.Shutdown)
-
+	tb.Cleanup(s.Shutdown)
 	c, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient}, Transports: reg, Logger: quietLogger()})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	a := &awaitClient{byGo: map[uint64]string{}, replies: make(chan *msg.Message, 1024), sig: make(chan struct{}, 1)}
 	c.AddDispatcherTail(a)
 	if err := c.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(c.Shutdown)
+	tb.Cleanup(c.Shutdown)
 	conn, err := c.Connect(s.ListenAddrs()[0])
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return conn, a
+}
+
+// await returns the next reply a receives, reading conn in Await while
+// none has come.
+func (a *awaitClient) await(ctx context.Context, conn *msgr.Conn) (*msg.Message, error) {
+	for {
+		select {
+		case r := <-a.replies:
+			return r, nil
+		default:
+		}
+		if _, err := conn.Await(ctx, a.sig); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func TestAwaitShmInline(t *testing.T) {
+	conn, a := shmEchoPair(t, shm.Options{RingSize: 16 << 10})
 
 	me := goid()
 	sizes := []int{0, 100, 16 << 10, 64 << 10, 1 << 20}
@@ -86,18 +109,11 @@ func TestAwaitShmInline(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var r *msg.Message
-		for r == nil {
-			select {
-			case r = <-a.replies:
-				continue
-			default:
-			}
-			if _, err := conn.Await(ctx, a.sig); err != nil {
-				t.Fatalf("tid %d: %v", tid, err)
-			}
-		}
+		r, err := a.await(ctx, conn)
 		cancel()
+		if err != nil {
+			t.Fatalf("tid %d: %v", tid, err)
+		}
 		if r.Header.Tid != tid {
 			t.Fatalf("reply tid %d, want %d", r.Header.Tid, tid)
 		}
@@ -125,38 +141,12 @@ func TestAwaitShmInline(t *testing.T) {
 // would fault the connection; every echo must come back whole and in
 // order.
 func TestShmFusedCRC(t *testing.T) {
-	reg := transport.NewRegistry(shm.NewWithOptions(shm.Options{RingSize: 16 << 10}))
-	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: reg, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.SetDefaultPolicy(msgr.StatelessServer())
-	s.AddDispatcherTail(fastEcho{})
-	if err := s.Bind("shm://" + filepath.Join(t.TempDir(), "osd.sock")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	c, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient}, Transports: reg, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &awaitClient{byGo: map[uint64]string{}, replies: make(chan *msg.Message, 1024), sig: make(chan struct{}, 1)}
-	c.AddDispatcherTail(a)
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, a := shmEchoPair(t, shm.Options{RingSize: 16 << 10})
 	shapes := [][]int{
 		{1 << 20},
 		{20 << 10, 40 << 10, 100 << 10},
-		{100, 70 << 10}, // a small buffer: the CRC is computed ahead
+		{100, 70 << 10},           // a small buffer first: its CRC computed ahead
+		{20 << 10, 100, 20 << 10}, // a small buffer between: not fused
 		{64 << 10},
 		{16 << 10, 16 << 10, 16 << 10, 16 << 10},
 		{300},
@@ -196,63 +186,6 @@ func TestShmFusedCRC(t *testing.T) {
 		}
 		if got := r.Data.Bytes(); !bytes.Equal(got, sent[want]) {
 			t.Fatalf("tid %d: %d bytes back, want %d, or they differ", want, len(got), len(sent[want]))
-		}
-		r.Done()
-	}
-}
-
-// BenchmarkShmEcho1MiB is a 1 MiB round trip over shm between two
-// messengers of this process, the reply read in Await: what the
-// messenger's copies and CRCs cost over shared memory.
-func BenchmarkShmEcho1MiB(b *testing.B) {
-	reg := transport.NewRegistry(shm.New())
-	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: reg, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.SetDefaultPolicy(msgr.StatelessServer())
-	s.AddDispatcherTail(fastEcho{})
-	if err := s.Bind("shm://" + filepath.Join(b.TempDir(), "osd.sock")); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Shutdown)
-	c, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient}, Transports: reg, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	a := &awaitClient{byGo: map[uint64]string{}, replies: make(chan *msg.Message, 1024), sig: make(chan struct{}, 1)}
-	c.AddDispatcherTail(a)
-	if err := c.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Shutdown)
-	conn, err := c.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	data := make([]byte, 1<<20)
-	ctx := context.Background()
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m := msg.New(testType)
-		m.Data = msg.Buffers{data}
-		if err := conn.Send(m); err != nil {
-			b.Fatal(err)
-		}
-		var r *msg.Message
-		for r == nil {
-			select {
-			case r = <-a.replies:
-				continue
-			default:
-			}
-			if _, err := conn.Await(ctx, a.sig); err != nil {
-				b.Fatal(err)
-			}
 		}
 		r.Done()
 	}

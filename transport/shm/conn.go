@@ -492,13 +492,8 @@ func (c *Conn) write(b []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	n := 0
 	spun := false
 	for {
-		switch {
-		case c.closed.Load():
-			return n, crc, c.opError("write", net.ErrClosed)
-		case c.broken.Load():
-			return n, crc, c.opError("write", errPeerLost)
-		case c.peerClosed.Load() != 0:
-			return n, crc, c.opError("write", syscall.EPIPE)
+		if err := c.writeErr(); err != nil {
+			return n, crc, err
 		}
 		g := c.gen.Load()
 		dl := c.wdl.Load()
@@ -546,25 +541,10 @@ func (c *Conn) TryWriteBuffers(bufs [][]byte) (int, error) {
 	defer c.writeMu.Unlock()
 	n := 0
 	for _, b := range bufs {
-		for len(b) > 0 {
-			switch {
-			case c.closed.Load():
-				return n, c.opError("write", net.ErrClosed)
-			case c.broken.Load():
-				return n, c.opError("write", errPeerLost)
-			case c.peerClosed.Load() != 0:
-				return n, c.opError("write", syscall.EPIPE)
-			}
-			k, _, err := c.put(b, 0, false)
-			if err != nil {
-				c.broken.Store(true)
-				return n, c.opError("write", err)
-			}
-			n += k
-			b = b[k:]
-			if k == 0 && !c.spinUntil(c.writable, 0, 0, c.gen.Load()) {
-				return n, nil
-			}
+		k, _, full, err := c.tryPut(b, 0, false)
+		n += k
+		if err != nil || full {
+			return n, err
 		}
 	}
 	return n, nil
@@ -575,27 +555,42 @@ func (c *Conn) TryWriteBuffers(bufs [][]byte) (int, error) {
 func (c *Conn) tryWrite(b []byte, crc uint32) (int, uint32, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	n := 0
+	n, crc, _, err := c.tryPut(b, crc, true)
+	return n, crc, err
+}
+
+// tryPut writes b as far as the ring takes it, polling as a Write would
+// when it is full (full reports that the reader made no room by then).
+// The caller holds writeMu.
+func (c *Conn) tryPut(b []byte, crc uint32, withCRC bool) (n int, _ uint32, full bool, err error) {
 	for len(b) > 0 {
-		switch {
-		case c.closed.Load():
-			return n, crc, c.opError("write", net.ErrClosed)
-		case c.broken.Load():
-			return n, crc, c.opError("write", errPeerLost)
-		case c.peerClosed.Load() != 0:
-			return n, crc, c.opError("write", syscall.EPIPE)
+		if err := c.writeErr(); err != nil {
+			return n, crc, false, err
 		}
-		k, x, err := c.put(b, crc, true)
+		k, x, err := c.put(b, crc, withCRC)
 		if err != nil {
 			c.broken.Store(true)
-			return n, crc, c.opError("write", err)
+			return n, crc, false, c.opError("write", err)
 		}
 		n, crc, b = n+k, x, b[k:]
 		if k == 0 && !c.spinUntil(c.writable, 0, 0, c.gen.Load()) {
-			break
+			return n, crc, true, nil
 		}
 	}
-	return n, crc, nil
+	return n, crc, false, nil
+}
+
+// writeErr returns why nothing more can be written, if so.
+func (c *Conn) writeErr() error {
+	switch {
+	case c.closed.Load():
+		return c.opError("write", net.ErrClosed)
+	case c.broken.Load():
+		return c.opError("write", errPeerLost)
+	case c.peerClosed.Load() != 0:
+		return c.opError("write", syscall.EPIPE)
+	}
+	return nil
 }
 
 // put copies as much of p as fits into the ring and publishes it, a
