@@ -392,8 +392,16 @@ func (l *lowat) set(v int) {
 
 // read fills p from br; left is what remains of the data being read,
 // p included (at least len(p)). With at least lowatMin bytes left, reads
-// that go to the socket wait for min(lowatMax, left) bytes. The caller
-// resets the mark (set(1)) when the data is read.
+// that go to the socket wait for min(lowatMax, left) bytes once a read
+// from the socket has come up short: the first takes what the kernel
+// holds, and when that is all of p (under cubic the sender's write has
+// usually landed whole by the time the reader is woken for its first
+// byte) the mark is never raised nor reset. Raising it costs more than a
+// read when the data is there already: the kernel checks the new mark
+// against the queue at once (tcp_set_rcvlowat calls tcp_data_ready)
+// and wakes the socket's pollers (the Go netpoller's thread on the other
+// CPU): 5-28 µs per set in a trace of a 1 MiB GET under cubic. The caller resets the mark (set(1)) when the
+// data is read, which costs nothing if it was never raised.
 //
 // With crc set, read folds each piece into *crc as it lands
 // (msgr2.UpdateSegmentCRC), while the piece is still in the CPU's cache
@@ -414,14 +422,17 @@ func (l *lowat) read(br *bufio.Reader, p []byte, left int, crc *uint32) error {
 		}
 		return err
 	}
+	short := false // a read from the socket returned less than asked
 	for len(p) > 0 {
-		if want := min(lowatMax, left); br.Buffered() == 0 && (want < l.mark || l.mark == 1) {
+		fromSocket := br.Buffered() == 0
+		if want := min(lowatMax, left); fromSocket && (want < l.mark || l.mark == 1 && short) {
 			l.set(max(1, want))
 		}
 		k, err := br.Read(p)
 		if crc != nil {
 			*crc = msgr2.UpdateSegmentCRC(*crc, p[:k])
 		}
+		short = short || fromSocket && k < len(p)
 		p, left = p[k:], left-k
 		if err != nil && (len(p) > 0 || !errors.Is(err, io.EOF)) {
 			return err
