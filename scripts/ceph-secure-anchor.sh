@@ -12,16 +12,19 @@
 # allows, so the OSD connection is in that mode; verified with debug_ms in
 # the log the script keeps). Secure and crc runs alternate, ROUNDS times:
 # write (objects removed after each run), then seq and rand reads of a set
-# written once. Each run's "Average IOPS" and "Average Latency(s)" are
-# printed as one line, then medians per mode and workload with the ratio
-# secure/crc of IOPS, and the load average before and after.
+# written once (NOBJ objects, default 1200). Each run is printed as one
+# line: ops per second, mean latency, and per op the OSD's CPU time and
+# minor page faults (from /proc/PID/stat) and the client's (/usr/bin/time,
+# less its start-up measured on a `rados stat`); then medians per mode and
+# workload with the ratio secure/crc of the rates, and the load average.
 #
 # Usage: scripts/ceph-secure-anchor.sh [ROUNDS] [SECONDS]   (default 3, 8)
 # Env: KEEP=1 keeps the temp dir; OUT=FILE also writes the runs and the
 # summary there; MALLOC_KEEP=1 runs the daemons and the client with glibc
 # malloc told to keep freed memory (MALLOC_MMAP_THRESHOLD_=32 MiB,
 # MALLOC_TRIM_THRESHOLD_=4 GiB), so a 1 MiB buffer is not a fresh mapping
-# (256 page faults) each time.
+# (256 page faults) each time; HOLD=SECONDS pauses with the cluster up
+# before the runs (for perf record -p on the OSD).
 # Needs ceph-mon, ceph-osd, ceph-authtool, monmaptool, ceph and rados (Ceph
 # 16.2.x). Daemons are stopped by PID on exit (SIGTERM, SIGKILL after 15 s);
 # every wait is bounded.
@@ -29,7 +32,7 @@ set -euo pipefail
 
 ROUNDS=${1:-3}
 SECS=${2:-8}
-for p in ceph-mon ceph-osd ceph-authtool monmaptool ceph rados timeout; do
+for p in ceph-mon ceph-osd ceph-authtool monmaptool ceph rados timeout ss bc /usr/bin/time; do
 	command -v "$p" >/dev/null || { echo "ceph-secure-anchor: $p not found" >&2; exit 2; }
 done
 
@@ -53,7 +56,7 @@ trap 'exit 130' INT TERM
 # free_port prints a loopback TCP port nobody listens on, from 10000-32000
 # (below the kernel's ephemeral range).
 free_port() {
-	local p
+	local p i
 	for ((i = 0; i < 100; i++)); do
 		p=$((10000 + RANDOM % 22000))
 		if ! ss -Hltn "sport = :$p" | grep -q .; then echo "$p"; return; fi
