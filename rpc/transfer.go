@@ -141,6 +141,12 @@ type BulkTransfer struct {
 	// spans asked for (GET) or sent (PUT) and not answered in full
 	// (guarded by the context's bmu).
 	spans []bulkSpan
+	// span0 holds spans while a window's worth fits (two spans by
+	// default), and self the one-transfer list completeLocked or
+	// unplaceLocked returns when t finishes (once), so that a transfer
+	// allocates neither.
+	span0 [2]bulkSpan
+	self  [1]*BulkTransfer
 
 	// Guarded by the context's bmu.
 	state   uint8
@@ -371,6 +377,7 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	}
 	t := &BulkTransfer{c: c, d: d, conn: conn, acct: c.in.peerOf(conn), cb: cb, onDone: onDone, done: make(chan struct{}), hidx: -1}
 	t.proto, t.chunk = c.in.protocolFor(d.Op, d.Len)
+	t.spans = t.span0[:0]
 	t.fl = window.Flow[*msgr.Conn, *BulkTransfer]{Conn: conn, Owner: t, Len: d.Len, Chunk: t.chunk}
 	if int(t.proto) < len(c.nProto) {
 		c.nProto[t.proto].Add(1)
@@ -597,7 +604,23 @@ func (c *Context) completeLocked(t *BulkTransfer, err error) []*BulkTransfer {
 		return nil
 	}
 	t.state = xFinished
-	return []*BulkTransfer{t}
+	return t.finished()
+}
+
+// finished returns the list of one finished transfer, t (its own
+// storage: the callers only read it or append to it, which copies).
+func (t *BulkTransfer) finished() []*BulkTransfer {
+	t.self[0] = t
+	return t.self[:]
+}
+
+// joinFin is append(a, b...) that returns b itself when a is empty (b
+// is often a transfer's own list, finished).
+func joinFin(a, b []*BulkTransfer) []*BulkTransfer {
+	if len(a) == 0 {
+		return b
+	}
+	return append(a, b...)
 }
 
 // finishXfers delivers the completions of finished transfers, then does
@@ -682,7 +705,7 @@ func (c *Context) expireTransfers(now int64) {
 	c.bmu.Lock()
 	for len(c.xdl) > 0 && c.xdl[0].deadline <= now {
 		t := c.xdl[0]
-		fin = append(fin, c.failLocked(t, &Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"})...)
+		fin = joinFin(fin, c.failLocked(t, &Error{Code: CodeTimedOut, Msg: "bulk transfer timed out"}))
 		if t.hidx >= 0 { // (failLocked removes it; never loop on one it did not)
 			heap.Remove(&c.xdl, t.hidx)
 		}
@@ -733,7 +756,7 @@ func (c *Context) closeBulk() {
 	c.bclosed = true
 	var fin []*BulkTransfer
 	for _, t := range c.xfers {
-		fin = append(fin, c.failLocked(t, &Error{Code: CodeShutdown})...)
+		fin = joinFin(fin, c.failLocked(t, &Error{Code: CodeShutdown}))
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
@@ -908,7 +931,7 @@ func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
 		c.bmu.Lock()
 		fin := c.unplaceLocked(t)
 		if t.state == xActive {
-			fin = append(fin, c.failLocked(t, err)...)
+			fin = joinFin(fin, c.failLocked(t, err))
 		}
 		c.bmu.Unlock()
 		c.finishXfers(fin)
@@ -922,7 +945,7 @@ func (c *Context) unplaceLocked(t *BulkTransfer) []*BulkTransfer {
 	if t.placing == 0 && t.state == xFinishing {
 		t.state = xFinished
 		delete(c.finishing, t.id)
-		return []*BulkTransfer{t}
+		return t.finished()
 	}
 	return nil
 }
@@ -1074,22 +1097,22 @@ func (in *Instance) dataArrived(conn *msgr.Conn, h *wire.BulkHeader, data msg.Bu
 	t := c.xfers[h.Xfer]
 	placed := pt != nil && pt == t
 	if pt != nil {
-		fin = append(fin, c.unplaceLocked(pt)...)
+		fin = joinFin(fin, c.unplaceLocked(pt))
 	}
 	switch {
 	case t == nil || t.state != xActive || t.conn != conn || t.d.Op != BulkGet:
 		// Late (the transfer ended) or not ours: nothing to do.
 	case h.RC != 0:
-		fin = append(fin, c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk GET refused"})...)
+		fin = joinFin(fin, c.failLocked(t, &Error{Code: Code(h.RC), Remote: true, Msg: "bulk GET refused"}))
 	case t.spanFor(h) < 0 || uint64(data.Len()) != h.Len:
 		bad = fmt.Sprintf("bulk data [%d,+%d) of %d bytes for a GET that did not ask for it", h.Pos, h.Len, data.Len())
-		fin = append(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data not asked for"})...)
+		fin = joinFin(fin, c.failLocked(t, &Error{Code: CodeMalformed, Msg: "bulk data not asked for"}))
 	default:
 		t.landSpan(t.spanFor(h), int64(h.Len))
 		if !placed {
 			t.d.Local.copyIn(t.d.LocalOff+int64(h.Pos), data)
 		}
-		fin = append(fin, c.landedLocked(t, int64(h.Len), sends)...)
+		fin = joinFin(fin, c.landedLocked(t, int64(h.Len), sends))
 	}
 	c.bmu.Unlock()
 	c.finishXfers(fin)
