@@ -1,14 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferrymsg/ferry/ceph"
+	"github.com/ferrymsg/ferry/metrics"
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 )
@@ -41,18 +50,42 @@ func (c *idleClient) Dispatch(m *msg.Message) bool {
 // counted. Run with -benchtime 1x:
 //
 //	go test -run '^$' -bench IdleConnections -benchtime 1x ./cmd/ferry
+//
+// With FERRY_IDLE_PROFILE=DIR it also reports, for each side, the growth
+// of the Go heap in use and of goroutine stacks in use per connection
+// (runtime.MemStats after a GC, taken after the resident figures) and
+// how many goroutines each connection keeps, and writes both sides' heap
+// profiles (DIR/client.heap, DIR/server.heap: `go tool pprof -top
+// -sample_index=inuse_space FILE`) and goroutine dumps (DIR/*.goroutines).
 func BenchmarkIdleConnections(b *testing.B) {
 	n := 10000
 	if v, err := strconv.Atoi(os.Getenv("FERRY_IDLE_CONNS")); err == nil && v > 0 {
 		n = v
 	}
+	profDir := os.Getenv("FERRY_IDLE_PROFILE")
 	for range b.N {
-		srv := startServe(b)
+		var extra []string
+		var srvDebug string // the server's /debug/pprof/ URL
+		if profDir != "" {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			a := l.Addr().String()
+			_ = l.Close()
+			extra = []string{"--metrics", a}
+			srvDebug = "http://" + a + "/debug/pprof/"
+		}
+		srv := startServe(b, extra...)
 		pid := srv.cmd.Process.Pid
 		settle := func() { time.Sleep(4 * time.Second) }
 		clients := make([]*idleClient, n)
+		// One registry for all the client messengers: the counters a
+		// messenger makes on its first message (by peer and message
+		// type) are the messenger's, not its connection's.
+		reg := metrics.NewRegistry()
 		for i := range clients {
-			m, err := msgr.New(msgr.Config{Logger: quietLog})
+			m, err := msgr.New(msgr.Config{Logger: quietLog, Metrics: reg})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -72,6 +105,11 @@ func BenchmarkIdleConnections(b *testing.B) {
 		runtime.GC()
 		settle()
 		cli0, srv0 := procKB(b, os.Getpid(), "VmRSS"), procKB(b, pid, "VmRSS")
+		var cliMem0, srvMem0 idleMem
+		if profDir != "" {
+			cliMem0, srvMem0 = clientMem(), serverMem(b, srvDebug)
+			writeIdleProfiles(b, profDir, srvDebug, "0")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		start := time.Now()
 		for i, c := range clients {
@@ -96,5 +134,93 @@ func BenchmarkIdleConnections(b *testing.B) {
 		b.ReportMetric(float64(srv1-srv0)/float64(n), "server-KiB/conn")
 		b.ReportMetric(float64(n), "conns")
 		b.ReportMetric(setup.Seconds(), "setup-s")
+		if profDir != "" {
+			cliMem1, srvMem1 := clientMem(), serverMem(b, srvDebug)
+			per := func(a, z uint64) float64 { return (float64(z) - float64(a)) / 1024 / float64(n) }
+			b.ReportMetric(per(cliMem0.heap, cliMem1.heap), "client-heap-KiB/conn")
+			b.ReportMetric(per(cliMem0.stack, cliMem1.stack), "client-stack-KiB/conn")
+			b.ReportMetric((float64(cliMem1.goroutines)-float64(cliMem0.goroutines))/float64(n), "client-goroutines/conn")
+			b.ReportMetric(per(srvMem0.heap, srvMem1.heap), "server-heap-KiB/conn")
+			b.ReportMetric(per(srvMem0.stack, srvMem1.stack), "server-stack-KiB/conn")
+			b.ReportMetric((float64(srvMem1.goroutines)-float64(srvMem0.goroutines))/float64(n), "server-goroutines/conn")
+			writeIdleProfiles(b, profDir, srvDebug, "")
+		}
 	}
+}
+
+// idleMem is what BenchmarkIdleConnections reads of one side's Go
+// runtime: bytes of heap spans and goroutine stacks in use, after a GC,
+// and the goroutines.
+type idleMem struct {
+	heap, stack uint64
+	goroutines  int
+}
+
+func clientMem() idleMem {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return idleMem{heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+// serverMem reads the server's figures from its heap profile's text form,
+// which ends with runtime.MemStats ("# HeapInuse = N", "# Stack = INUSE /
+// SYS"), and its goroutine profile ("goroutine profile: total N").
+func serverMem(b *testing.B, debug string) idleMem {
+	var m idleMem
+	for l := range strings.SplitSeq(httpGet(b, debug+"heap?gc=1&debug=1"), "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapInuse = "); ok {
+			m.heap, _ = strconv.ParseUint(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(l, "# Stack = "); ok {
+			inuse, _, _ := strings.Cut(v, " ")
+			m.stack, _ = strconv.ParseUint(inuse, 10, 64)
+		}
+	}
+	g := httpGet(b, debug+"goroutine?debug=1")
+	if _, err := fmt.Sscanf(g, "goroutine profile: total %d", &m.goroutines); err != nil {
+		b.Fatalf("server goroutine profile: %v", err)
+	}
+	if m.heap == 0 || m.stack == 0 {
+		b.Fatal("server heap profile has no HeapInuse or Stack line")
+	}
+	return m
+}
+
+func httpGet(b *testing.B, url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(bufio.NewReader(resp.Body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(body)
+}
+
+// writeIdleProfiles writes both sides' heap profiles and goroutine dumps
+// into dir, their names ending with suffix.
+func writeIdleProfiles(b *testing.B, dir, srvDebug, suffix string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name+suffix), []byte(data), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	write("server.heap", httpGet(b, srvDebug+"heap?gc=1"))
+	write("server.goroutines", httpGet(b, srvDebug+"goroutine?debug=1"))
+	runtime.GC()
+	var heap, gor strings.Builder
+	if err := pprof.Lookup("heap").WriteTo(&heap, 0); err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(&gor, 1); err != nil {
+		b.Fatal(err)
+	}
+	write("client.heap", heap.String())
+	write("client.goroutines", gor.String())
 }
