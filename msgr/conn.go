@@ -427,7 +427,8 @@ type socketRun struct {
 	once sync.Once
 	err  error // why it failed (set before the socket is closed)
 
-	role readRole // who reads it (readrole.go)
+	role   readRole // who reads it (readrole.go)
+	dialed bool     // its reader goes on with the connector loop (runOutgoing) when it ends
 
 	// The writer goroutine (write.go): running, or no more to be started.
 	wmu         sync.Mutex
@@ -443,6 +444,7 @@ func (r *socketRun) fail(err error) {
 		r.err = err
 		close(r.stop)
 		_ = r.nc.Close()
+		r.role.wakeParked(r)
 	})
 }
 
@@ -608,12 +610,6 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 		r.role.parkIdle(r)
 	}
 }
-
-// parkAfter is how long a connection must have received nothing before
-// its reader waits without a read buffer (readrole.go, waitParked).
-var parkAfter atomic.Int64 // ns; a second unless a test changes it
-
-func init() { parkAfter.Store(int64(time.Second)) }
 
 func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 	c.mu.Lock()

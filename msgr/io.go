@@ -43,11 +43,20 @@ type frameReader struct {
 	lw       *lowat
 	ackDue   bool
 	framesIn uint64 // e.FramesIn already counted in the metrics
+
+	// When (unix ns, Config.Clock) the last frame and the last message
+	// were read: a reader that has read only control frames (keepalives)
+	// for parkAfter parks as soon as it has read them (park.go), if it
+	// has read one since it last parked (read).
+	lastFrame, lastMsg int64
+	read               bool
 }
 
 func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
 	pol := c.Policy()
-	return &frameReader{c: c, r: r, br: br, pol: pol, lossy: pol.Lossy, inj: c.m.cfg.Inject.SocketFailures, lw: newLowat(r)}
+	now := c.m.cfg.Clock.Now().UnixNano()
+	return &frameReader{c: c, r: r, br: br, pol: pol, lossy: pol.Lossy, inj: c.m.cfg.Inject.SocketFailures, lw: newLowat(r),
+		lastFrame: now, lastMsg: now}
 }
 
 // fairFrames is how many frames a reader goroutine reads in a row from
@@ -57,18 +66,29 @@ const fairFrames = 16
 
 // readLoop is the socket's reader goroutine: it holds the reader role
 // whenever no waiting goroutine has taken it (readrole.go), and reads
-// frames until the socket fails. It returns the error that ended it.
+// frames until the socket fails. It returns the error that ended it, or
+// errParked when the connection went idle and the goroutine is to exit
+// (park.go).
 func (c *Conn) readLoop(r *socketRun, br *bufio.Reader) error {
 	fr := c.newFrameReader(r, br)
 	rr := &r.role
 	rr.mu.Lock()
 	rr.fr = fr // the role is the reader goroutine's to begin with
 	rr.mu.Unlock()
+	return c.readFrames(r, fr)
+}
+
+// readFrames is readLoop once its frame reader is set up; a parked
+// reader goroutine started anew resumes here (park.go).
+func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
+	rr := &r.role
 	for {
 		for burst := 0; ; {
 			yield, err := fr.step(true)
 			if err != nil {
-				rr.exit()
+				if err != errParked {
+					rr.exit()
+				}
 				return err
 			}
 			if yield && rr.yieldBG() {
@@ -176,6 +196,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 	}
 	now := m.cfg.Clock.Now()
 	c.lastRecv.Store(now.UnixNano())
+	fr.lastFrame, fr.read = now.UnixNano(), true
 	for i := range evs {
 		ev := &evs[i]
 		switch ev.Kind {
@@ -217,6 +238,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			}
 			placer = nil
 			fr.ackDue = !fr.lossy
+			fr.lastMsg = fr.lastFrame
 		case msgr2.EvAck:
 			if !fr.lossy {
 				c.mu.Lock()

@@ -87,6 +87,13 @@ func counterOf(t testing.TB, m *msg.Message) uint64 {
 // receives, and a lossless client that checks the echoes.
 func losslessPair(t *testing.T, reg *transport.Registry, listen string, scfg, ccfg msgr.Config) (srv, cli *msgr.Messenger, conn *msgr.Conn, atSrv, atCli *seqChecker) {
 	t.Helper()
+	return losslessPairVia(t, reg, listen, scfg, ccfg, func(addr string) string { return addr })
+}
+
+// losslessPairVia is losslessPair with the client dialling via(the
+// server's address).
+func losslessPairVia(t *testing.T, reg *transport.Registry, listen string, scfg, ccfg msgr.Config, via func(string) string) (srv, cli *msgr.Messenger, conn *msgr.Conn, atSrv, atCli *seqChecker) {
+	t.Helper()
 	atSrv, atCli = newSeqChecker(), newSeqChecker()
 	scfg.Name = msg.EntityName{Type: msg.EntityOSD, Num: 1}
 	scfg.Transports = reg
@@ -126,7 +133,7 @@ func losslessPair(t *testing.T, reg *transport.Registry, listen string, scfg, cc
 	}))
 	_ = cli.Start()
 	t.Cleanup(cli.Shutdown)
-	conn, err = cli.Connect(srv.ListenAddrs()[0])
+	conn, err = cli.Connect(via(srv.ListenAddrs()[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,8 @@
 package msgr
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -53,8 +51,11 @@ type readRole struct {
 	waiting bool  // the holder waits for a frame's first byte and may be interrupted
 	kicked  bool  // the read deadline was moved into the past to interrupt the holder
 	recheck bool  // the caller holding the role should look at what it waits for
-	park    bool  // the connection is idle: the reader goroutine gives its read buffer back while it waits
-	parked  bool  // it waits so (waitParked)
+	park    bool  // the connection is idle: the reader goroutine is to park (park.go)
+	parked  bool  // it is parked: no goroutine reads the socket, nor holds a read buffer
+	watched bool  // parked in the process's poller (else a goroutine of its own waits)
+	polled  bool  // the socket is in the poller's set (armed or not)
+	token   int32 // its key in the poller while watched
 	dead    bool  // the reader goroutine has exited
 	err     error // a caller's read failed; the reader goroutine returns it
 	grant   chan struct{}
@@ -102,8 +103,13 @@ func (rr *readRole) init() {
 	rr.linger.Stop()
 }
 
-// kickLocked interrupts the holder's wait for a frame, if it waits.
+// kickLocked interrupts the holder's wait for a frame, if it waits. A
+// reader parked in the poller is started anew instead (park.go).
 func (rr *readRole) kickLocked(r *socketRun) {
+	if rr.parked && rr.watched {
+		rr.resumeLocked(r)
+		return
+	}
 	if rr.waiting && !rr.kicked {
 		rr.kicked = true
 		_ = r.nc.SetReadDeadline(aLongTimeAgo)
@@ -122,6 +128,13 @@ func (rr *readRole) waitFrame(r *socketRun, fr *frameReader) (yield bool, err er
 		rr.mu.Unlock()
 		return true, nil
 	}
+	if rr.holder == roleBG && fr.quiet() && canPark(r) {
+		// It read only keepalives since the connection went idle:
+		// park now rather than hold the read buffer until the timer's
+		// next tick (with keepalives every 5 s each way, most idle
+		// connections would hold one most of the time).
+		return rr.parkLocked(r, fr)
+	}
 	rr.waiting = true
 	rr.mu.Unlock()
 	_, err = fr.br.Peek(1)
@@ -138,64 +151,20 @@ func (rr *readRole) waitFrame(r *socketRun, fr *frameReader) (yield bool, err er
 			rr.mu.Lock()
 			park := rr.park && rr.holder == roleBG && !rr.succ
 			rr.park = false
-			rr.mu.Unlock()
 			if park {
-				return rr.waitParked(r, fr)
+				return rr.parkLocked(r, fr)
 			}
+			rr.mu.Unlock()
 			return true, nil
 		}
 	}
 	return false, err
 }
 
-// readBufs holds the read buffers of idle connections: a connection that
-// has been silent for a tick of the messenger's timer (parkIdle) waits
-// for its next frame without one, so that ten thousand idle connections
-// do not each keep 64 KiB, of which the pages they touched are resident.
-var readBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
-
-// getReadBuf returns a read buffer in front of src, one an idle
-// connection gave back if there is one: a new connection then reuses
-// pages already resident rather than touching fresh ones.
-func getReadBuf(src io.Reader) *bufio.Reader {
-	br := readBufs.Get().(*bufio.Reader)
-	br.Reset(src)
-	return br
-}
-
-// waitParked is waitFrame for an idle connection's reader goroutine: it
-// gives the read buffer back, waits until the socket is readable without
-// reading, and takes a buffer again.
-func (rr *readRole) waitParked(r *socketRun, fr *frameReader) (yield bool, err error) {
-	fr.br.Reset(nil)
-	readBufs.Put(fr.br)
-	fr.br = nil
-	rr.mu.Lock()
-	rr.waiting, rr.parked = true, true
-	rr.mu.Unlock()
-	err = r.raw.Read(readableFD)
-	rr.mu.Lock()
-	rr.waiting, rr.parked = false, false
-	kicked := rr.kicked
-	rr.kicked = false
-	rr.mu.Unlock()
-	if kicked {
-		_ = r.nc.SetReadDeadline(time.Time{})
-	}
-	fr.br = getReadBuf(r.nc)
-	if err != nil {
-		if kicked && isTimeout(err) {
-			return true, nil
-		}
-		return false, err
-	}
-	return false, nil
-}
-
 // parkIdle asks the reader goroutine of a connection that has been idle
-// to wait without its read buffer (waitParked).
+// to park (park.go).
 func (rr *readRole) parkIdle(r *socketRun) {
-	if r.raw == nil || r.e == nil {
+	if !canPark(r) {
 		return
 	}
 	rr.mu.Lock()

@@ -25,21 +25,38 @@ var errDropIncoming = errors.New("msgr: incoming connection dropped in favour of
 // reconnects with backoff, or waits in standby until there is something to
 // send.
 func (c *Conn) runOutgoing() {
+	if !c.dialLoop(false) {
+		c.m.wg.Done()
+	}
+}
+
+// dialLoop is runOutgoing's loop; socketEnded says a socket it
+// established has just ended. It reports parked=true, having done nothing
+// more, when the socket's reader parked (park.go): the reader goroutine
+// started anew calls dialLoop(true) when the socket ends, and owns the
+// messenger's count of the goroutine (m.wg) until then.
+func (c *Conn) dialLoop(socketEnded bool) (parked bool) {
 	m := c.m
-	defer m.wg.Done()
 	var backoff time.Duration
 	for {
-		if !c.waitToConnect() {
-			return
-		}
-		if backoff > 0 {
-			if !c.sleep(backoff) {
-				return
+		var err error
+		if socketEnded {
+			socketEnded = false
+		} else {
+			if !c.waitToConnect() {
+				return false
+			}
+			if backoff > 0 {
+				if !c.sleep(backoff) {
+					return false
+				}
+			}
+			if err = c.connectOnce(); err == errParked {
+				return true
 			}
 		}
-		err := c.connectOnce()
 		if c.isClosed() {
-			return
+			return false
 		}
 		if err == nil {
 			// The socket ran and failed; reconnect at once the first time.
@@ -59,7 +76,7 @@ func (c *Conn) runOutgoing() {
 			if errors.Is(err, transport.ErrRefused) {
 				m.queueEvent(itemRefused, c)
 			}
-			return
+			return false
 		}
 		if errors.Is(err, transport.ErrRefused) {
 			m.queueEvent(itemRefused, c)
@@ -239,7 +256,10 @@ func (c *Conn) connectOnce() error {
 	}
 	c.run = r
 	c.mu.Unlock()
-	c.runSocket(r, br)
+	r.dialed = true
+	if c.runSocket(r, br) {
+		return errParked
+	}
 	return nil
 }
 
@@ -361,7 +381,12 @@ func handshakeErr(err error) error {
 // socket; the messenger's session rules pick the connection the socket
 // will carry, and this goroutine then becomes that socket's reader.
 func (m *Messenger) serveIncoming(nc net.Conn) {
-	defer m.wg.Done()
+	parked := false // the socket's reader owns the count in m.wg (park.go)
+	defer func() {
+		if !parked {
+			m.wg.Done()
+		}
+	}()
 	cfg := msgr2.Config{
 		Role:      msgr2.Server,
 		MyName:    m.cfg.Name,
@@ -431,7 +456,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		}
 		return
 	}
-	c.runSocket(run, br)
+	parked = c.runSocket(run, br)
 }
 
 // detach undoes a takeover whose handshake then failed: the session goes
@@ -649,8 +674,11 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 const readBufSize = 64 << 10
 
 // runSocket runs an established socket: the writer on its own goroutine,
-// the reader on this one, until the socket fails. r must be c.run.
-func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
+// the reader on this one, until the socket fails. r must be c.run. It
+// reports parked=true, having done nothing more, when the reader parked
+// (park.go): the goroutine must then exit, and the reader goroutine
+// started anew ends the socket.
+func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 	m := c.m
 	c.mu.Lock()
 	if c.run != r || c.state == stateClosed {
@@ -658,7 +686,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 		c.mu.Unlock()
 		r.fail(ErrReplaced)
 		close(r.done)
-		return
+		return false
 	}
 	p := r.e.Peer()
 	if len(p.Addrs) > 0 {
@@ -688,6 +716,16 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) {
 
 	c.poke() // starts the writer if something is queued (write.go)
 	err := c.readLoop(r, br)
+	if err == errParked {
+		return true
+	}
+	c.endSocket(r, err)
+	return false
+}
+
+// endSocket is the end of socket r, whose reader stopped with err: the
+// writer is stopped and the session told (socketFailed).
+func (c *Conn) endSocket(r *socketRun, err error) {
 	err = r.reason(err)
 	r.stopWriters()
 	close(r.done)
