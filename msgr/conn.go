@@ -456,7 +456,6 @@ func (r *socketRun) reason(err error) error {
 
 func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 	r := &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
-	r.role.init()
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw

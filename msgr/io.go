@@ -250,14 +250,16 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			c.mu.Lock()
 			c.sendKAAck = true
 			c.kaAckStamp = ev.Stamp
-			c.mu.Unlock()
-			c.poke()
+			c.tryInline() // written now, without starting the writer goroutine, if the side is free
 		case msgr2.EvKeepaliveAck:
 			c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
 			c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), c.m.cfg.Clock.Now())
 		}
 	}
 	c.putBudget(pol, held) // a dropped duplicate
+	// The engine reuses the events' array: let go of the messages, or an
+	// idle connection would keep the last one it received (and its body).
+	clear(evs)
 	if fr.ackDue && br.Buffered() == 0 {
 		// Acknowledge once per burst of messages read, not per message;
 		// a message going the other way would carry the ack anyway.

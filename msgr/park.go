@@ -74,9 +74,10 @@ func (fr *frameReader) quiet() bool {
 
 // parkLocked parks the reader goroutine, which holds the role with
 // nothing buffered: it gives the read buffer back, has the poller (or a
-// goroutine of its own) watch the socket, and returns errParked, on which
-// the goroutine unwinds and exits without touching the connection again.
-// rr.mu is held; it is released.
+// goroutine of its own) watch the socket, trims the write state, and
+// returns errParked, on which the goroutine unwinds and exits. A reader
+// started anew may run as soon as rr.mu is released: nothing of the
+// reader's is touched after that. rr.mu is held; it is released.
 func (rr *readRole) parkLocked(r *socketRun, fr *frameReader) (bool, error) {
 	br := fr.br
 	fr.br, fr.read = nil, false
@@ -88,7 +89,23 @@ func (rr *readRole) parkLocked(r *socketRun, fr *frameReader) (bool, error) {
 	rr.mu.Unlock()
 	br.Reset(nil)
 	readBufs.Put(br)
+	fr.c.trimWriteState()
 	return false, errParked
+}
+
+// trimWriteState drops what the write side keeps from batch to batch
+// (the write buffer, grown to the largest batch of small messages, and
+// the batch's slices) if nobody is writing: the connection is idle, and
+// its next batch allocates them again. It is the reader's last act when
+// it parks, safe whoever reads the socket by then, because the write
+// state is its owner's (write.go) and this takes it only while free.
+func (c *Conn) trimWriteState() {
+	c.mu.Lock()
+	if c.owner == ownNone {
+		w := &c.ws
+		w.wbuf, w.iov, w.batch, w.fix, w.iovecs = nil, nil, nil, nil, nil
+	}
+	c.mu.Unlock()
 }
 
 // resumeLocked starts a reader goroutine for r, whose reader is parked in

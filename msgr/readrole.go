@@ -96,11 +96,31 @@ func isTimeout(err error) bool {
 // aLongTimeAgo is a read deadline in the past: a blocked read returns.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (rr *readRole) init() {
-	rr.grant = make(chan struct{}, 1)
-	rr.bg = make(chan struct{}, 1)
-	rr.linger = time.NewTimer(time.Hour)
-	rr.linger.Stop()
+// The role's channels and timer are made when first needed (under mu),
+// so that a connection no caller ever awaits on, such as most idle ones,
+// does not keep them: grant by the first successor (Await), bg and
+// linger by the first hand-back (acquireBG, releaseLocked). A send finds
+// nil only when nobody can be waiting for it.
+
+// lingerTimerLocked returns the linger timer, made on first use.
+func (rr *readRole) lingerTimerLocked() *time.Timer {
+	if rr.linger == nil {
+		rr.linger = time.NewTimer(time.Hour)
+		rr.linger.Stop()
+	}
+	return rr.linger
+}
+
+// signal sends on a wake-up channel of capacity 1 without blocking; nil
+// (not made yet: nobody waits on it) takes nothing.
+func signal(ch chan struct{}) {
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // kickLocked interrupts the holder's wait for a frame, if it waits. A
@@ -199,10 +219,14 @@ func (rr *readRole) acquireBG(r *socketRun) error {
 			rr.mu.Unlock()
 			return nil
 		}
+		if rr.bg == nil {
+			rr.bg = make(chan struct{}, 1)
+		}
+		bg, linger := rr.bg, rr.lingerTimerLocked().C
 		rr.mu.Unlock()
 		select {
-		case <-rr.bg:
-		case <-rr.linger.C:
+		case <-bg:
+		case <-linger:
 			rr.mu.Lock()
 			rr.lingering = false
 			rr.mu.Unlock()
@@ -223,10 +247,7 @@ func (rr *readRole) yieldBG() bool {
 	}
 	rr.succ = false
 	rr.holder = roleCaller
-	select {
-	case rr.grant <- struct{}{}:
-	default:
-	}
+	signal(rr.grant)
 	return true
 }
 
@@ -238,10 +259,7 @@ func (rr *readRole) exit() {
 	if rr.succ {
 		rr.succ = false
 		rr.holder = roleCaller
-		select {
-		case rr.grant <- struct{}{}:
-		default:
-		}
+		signal(rr.grant)
 	}
 	rr.mu.Unlock()
 }
@@ -253,22 +271,16 @@ func (rr *readRole) releaseLocked() {
 	if rr.succ && !rr.dead && rr.err == nil {
 		rr.succ = false
 		rr.holder = roleCaller
-		select {
-		case rr.grant <- struct{}{}:
-		default:
-		}
+		signal(rr.grant)
 		return
 	}
 	rr.holder = roleFree
 	if rr.err == nil && !rr.dead {
 		rr.lingering = true
-		rr.linger.Reset(roleLinger)
+		rr.lingerTimerLocked().Reset(roleLinger)
 		return
 	}
-	select {
-	case rr.bg <- struct{}{}:
-	default:
-	}
+	signal(rr.bg)
 }
 
 // Await waits until done is ready (and receives from it) or ctx ends,
@@ -321,6 +333,10 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 		return c.waitDone(ctx, done)
 	default:
 		rr.succ = true
+		if rr.grant == nil {
+			rr.grant = make(chan struct{}, 1)
+		}
+		grant := rr.grant
 		if rr.holder == roleBG {
 			rr.kickLocked(r)
 		}
@@ -335,7 +351,7 @@ func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
 		case <-c.done:
 			rr.cancelSucc(c, r)
 			return c.waitDone(ctx, done)
-		case <-rr.grant:
+		case <-grant:
 		}
 		rr.mu.Lock()
 		if rr.dead || rr.err != nil {
