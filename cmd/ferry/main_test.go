@@ -94,7 +94,9 @@ func startServe(t testing.TB, extra ...string) *serveProc {
 // startServeAt is startServe listening on listen.
 func startServeAt(t testing.TB, listen string, extra ...string) *serveProc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Long enough for BenchmarkIdleConnections (10,000 connections set up
+	// one after the other, then profiled) on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, ferryBin, append([]string{"serve", "--listen", listen}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
