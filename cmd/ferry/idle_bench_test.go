@@ -174,6 +174,18 @@ func connectIdle(b *testing.B, clients []*idleClient, addr string) {
 	}
 }
 
+// memStatsOf returns the runtime.MemStats lines ("# Name = ...") of a
+// heap profile's text form.
+func memStatsOf(profile string) string {
+	var out strings.Builder
+	for l := range strings.SplitSeq(profile, "\n") {
+		if strings.HasPrefix(l, "# ") && strings.Contains(l, " = ") && !strings.HasPrefix(l, "# 0x") {
+			out.WriteString(l + "\n")
+		}
+	}
+	return out.String()
+}
+
 // idleMem is what BenchmarkIdleConnections reads of one side's Go
 // runtime: bytes of heap spans and goroutine stacks in use, after a GC,
 // and the goroutines.
@@ -245,6 +257,7 @@ func writeIdleProfiles(b *testing.B, dir, srvDebug, suffix string) {
 		}
 	}
 	write("server.heap", httpGet(b, srvDebug+"heap?gc=1"))
+	write("server.memstats", memStatsOf(httpGet(b, srvDebug+"heap?debug=1")))
 	write("server.goroutines", httpGet(b, srvDebug+"goroutine?debug=1"))
 	runtime.GC()
 	var heap, gor strings.Builder
@@ -255,5 +268,9 @@ func writeIdleProfiles(b *testing.B, dir, srvDebug, suffix string) {
 		b.Fatal(err)
 	}
 	write("client.heap", heap.String())
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	write("client.memstats", fmt.Sprintf("# HeapAlloc = %d\n# HeapSys = %d\n# HeapIdle = %d\n# HeapInuse = %d\n# HeapReleased = %d\n# Stack = %d / %d\n# MSpan = %d / %d\n# OtherSys = %d\n# GCSys = %d\n# NextGC = %d\n# Sys = %d\n",
+		ms.HeapAlloc, ms.HeapSys, ms.HeapIdle, ms.HeapInuse, ms.HeapReleased, ms.StackInuse, ms.StackSys, ms.MSpanInuse, ms.MSpanSys, ms.OtherSys, ms.GCSys, ms.NextGC, ms.Sys))
 	write("client.goroutines", gor.String())
 }
