@@ -22,3 +22,10 @@ func (c *Conn) ReaderParked() bool {
 	defer r.role.mu.Unlock()
 	return r.role.parked
 }
+
+// ParkWithoutPoller makes parked readers wait on a goroutine of their
+// own (the path of systems without the poller), for tests; it returns a
+// function restoring the poller.
+func ParkWithoutPoller() func() {
+	return poller.setDisabled(true)
+}

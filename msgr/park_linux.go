@@ -20,6 +20,7 @@ type idlePoller struct {
 	mu      sync.Mutex
 	fd      int // the epoll set; 0 until first used
 	broken  bool
+	off     bool // tests: parked readers wait on their own goroutines
 	running bool // the goroutine waits on the set
 	next    int32
 	runs    map[int32]*socketRun // watched, by token
@@ -31,6 +32,21 @@ const pollLinger = 1000
 
 var poller idlePoller
 
+// setDisabled turns the poller off (parked readers then wait on their
+// own goroutines) or back on, for tests; it returns the function that
+// undoes it.
+func (p *idlePoller) setDisabled(off bool) func() {
+	p.mu.Lock()
+	old := p.off
+	p.off = off
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		p.off = old
+		p.mu.Unlock()
+	}
+}
+
 // watch arms the registration of r's socket. It reports false if the
 // poller cannot watch it (the set could not be made, or the socket is
 // closed): the caller then waits on a goroutine of its own. r.role.mu
@@ -39,7 +55,7 @@ func (p *idlePoller) watch(r *socketRun) bool {
 	rr := &r.role
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.broken {
+	if p.broken || p.off {
 		return false
 	}
 	if p.fd == 0 {

@@ -11,3 +11,5 @@ var poller idlePoller
 func (idlePoller) watch(*socketRun) bool { return false }
 
 func (idlePoller) forget(int32) {}
+
+func (idlePoller) setDisabled(bool) func() { return func() {} }

@@ -43,6 +43,23 @@ func readerGoroutines() int {
 // again, and shuts down without leaving goroutines behind.
 func TestParkedConnectionsKeepNoGoroutine(t *testing.T) {
 	defer msgr.SetParkAfter(50 * time.Millisecond)()
+	testParked(t, runtime.GOOS == "linux")
+}
+
+// TestParkedWithoutPoller: the same, parked readers waiting on
+// goroutines of their own (as off Linux), and the keepalive timeout and
+// lossless reconnect of connections so parked.
+func TestParkedWithoutPoller(t *testing.T) {
+	defer msgr.SetParkAfter(50 * time.Millisecond)()
+	defer msgr.ParkWithoutPoller()()
+	testParked(t, false)
+	t.Run("keepalive timeout", TestParkedKeepaliveTimeout)
+	t.Run("lossless reconnects", TestParkedLosslessReconnects)
+}
+
+// testParked is TestParkedConnectionsKeepNoGoroutine; noReader: check
+// that no goroutine reads a parked connection.
+func testParked(t *testing.T, noReader bool) {
 	before := runtime.NumGoroutine()
 	func() {
 		s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{KeepaliveInterval: 200 * time.Millisecond})
@@ -65,7 +82,7 @@ func TestParkedConnectionsKeepNoGoroutine(t *testing.T) {
 		for round := range 3 {
 			waitParked(t, "client", conn)
 			waitParked(t, "server", sconn)
-			if runtime.GOOS == "linux" {
+			if noReader {
 				// Keepalives every 200 ms wake each side now and then:
 				// look a few times.
 				none := false
