@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -58,7 +59,12 @@ func (c *idleClient) Dispatch(m *msg.Message) bool {
 // the figures are the growth from every messenger's second connection,
 // while the first ones sit idle too: the client figure without the
 // messengers' part. That takes two sockets per messenger: at most about
-// 9,900 connections under a limit of 20,000 open files. Run with
+// 9,900 connections under a limit of 20,000 open files. The messengers'
+// heap also sets the client's GC goal (twice the live heap at GOGC=100),
+// so garbage made while the connections are set up stays resident on
+// the client longer than in a process with one messenger:
+// FERRY_IDLE_CLIENT_GOGC=N sets this process's GC percentage from the
+// baseline on, to show how much of the client's figure that is. Run with
 // -benchtime 1x:
 //
 //	go test -run '^$' -bench IdleConnections -benchtime 1x ./cmd/ferry
@@ -129,6 +135,9 @@ func BenchmarkIdleConnections(b *testing.B) {
 		if profDir != "" {
 			cliMem0, srvMem0 = clientMem(), serverMem(b, srvDebug)
 			writeIdleProfiles(b, profDir, srvDebug, "0")
+		}
+		if v, err := strconv.Atoi(os.Getenv("FERRY_IDLE_CLIENT_GOGC")); err == nil {
+			defer debug.SetGCPercent(debug.SetGCPercent(v))
 		}
 		start := time.Now()
 		connectIdle(b, clients, srv.addr)
