@@ -31,22 +31,7 @@ func TestSlowConsumerBounded(t *testing.T) {
 		KeepaliveInterval: 200 * time.Millisecond, KeepaliveTimeout: 500 * time.Millisecond}
 	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)
 
-	hcfg := msgr.Config{Transports: transport.Default, Logger: quietLogger(), KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour}
-	hostile, err := msgr.New(hcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stuck := &stuckReader{release: make(chan struct{})}
-	defer close(stuck.release)
-	hostile.AddDispatcherTail(stuck)
-	if err := hostile.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostile.Shutdown)
-	hconn, err := hostile.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	hconn := stuckClient(t, s.ListenAddrs()[0])
 
 	honest, col := newClient(t, transport.Default, msgr.Config{})
 	oconn, err := honest.Connect(s.ListenAddrs()[0])
@@ -56,15 +41,7 @@ func TestSlowConsumerBounded(t *testing.T) {
 
 	// The flood: 600 × 64 KiB (37.5 MiB) queued at once on the hostile
 	// side; its writer pushes them as fast as the server reads.
-	data := make([]byte, 64<<10)
-	for i := range 600 {
-		m := msg.New(testType)
-		m.Header.Tid = uint64(i)
-		m.Data = msg.Buffers{data}
-		if err := hconn.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	floodEchoes(t, hconn)
 
 	var peak atomic.Int64
 	stop := make(chan struct{})
@@ -210,31 +187,7 @@ func TestSlowLosslessPeerSlowedNotClosed(t *testing.T) {
 func TestSlowConsumerClosedUnpaused(t *testing.T) {
 	scfg := msgr.Config{SendBudget: -1, OutQueueBytes: 16 << 20, SlowConsumerTimeout: 500 * time.Millisecond}
 	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", scfg)
-	hostile, err := msgr.New(msgr.Config{Transports: transport.Default, Logger: quietLogger(),
-		KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stuck := &stuckReader{release: make(chan struct{})}
-	defer close(stuck.release)
-	hostile.AddDispatcherTail(stuck)
-	if err := hostile.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(hostile.Shutdown)
-	hc, err := hostile.Connect(s.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := make([]byte, 64<<10)
-	for i := range 600 {
-		m := msg.New(testType)
-		m.Header.Tid = uint64(i)
-		m.Data = msg.Buffers{data}
-		if err := hc.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	floodEchoes(t, stuckClient(t, s.ListenAddrs()[0]))
 	snap := func(name string) float64 { sn := s.Metrics().Snapshot(); return sn.Total(name) }
 	for deadline := time.Now().Add(15 * time.Second); snap("ferry_msgr_slow_consumer_closes") == 0; {
 		if time.Now().After(deadline) {
@@ -244,5 +197,43 @@ func TestSlowConsumerClosedUnpaused(t *testing.T) {
 	}
 	if v := snap("ferry_msgr_read_pauses"); v != 0 {
 		t.Fatalf("read_pauses %v without a send budget", v)
+	}
+}
+
+// stuckClient connects to addr from a messenger whose dispatcher never
+// returns until the test ends (stuckReader), so the echoes it is sent
+// pile up in the server's out queue, and returns the connection.
+func stuckClient(t *testing.T, addr string) *msgr.Conn {
+	t.Helper()
+	hostile, err := msgr.New(msgr.Config{Transports: transport.Default, Logger: quietLogger(),
+		KeepaliveInterval: time.Hour, KeepaliveTimeout: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckReader{release: make(chan struct{})}
+	hostile.AddDispatcherTail(stuck)
+	if err := hostile.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hostile.Shutdown)
+	t.Cleanup(func() { close(stuck.release) }) // runs first: the dispatcher returns before Shutdown
+	c, err := hostile.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// floodEchoes queues 600 messages of 64 KiB (37.5 MiB) on c at once.
+func floodEchoes(t *testing.T, c *msgr.Conn) {
+	t.Helper()
+	data := make([]byte, 64<<10)
+	for i := range 600 {
+		m := msg.New(testType)
+		m.Header.Tid = uint64(i)
+		m.Data = msg.Buffers{data}
+		if err := c.Send(m); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
