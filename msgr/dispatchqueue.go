@@ -23,6 +23,7 @@ const (
 const (
 	dqFreeOwnersMax = 256  // dqOwner structs kept for reuse
 	dqKeepRingCap   = 1024 // a reused dqOwner keeps rings up to this capacity
+	dqLoWords       = 4    // bitmap words of priorities 0..255, kept inline
 )
 
 // DispatchQueue is the receive side's priority queue in front of the
@@ -65,11 +66,19 @@ type DispatchQueue[T any] struct {
 	n        int // items queued
 	closed   bool
 
-	levels [256]*[256]*dqLevel[T] // by priority, allocated on first use
+	// The levels by priority, allocated on first use: those below 256
+	// (Ceph's priorities, and all the messenger's) in one block, the
+	// others in blocks of 256 under levelsHi. Neither is allocated before
+	// the first item: a messenger that holds a queue but no item keeps a
+	// few hundred bytes, not the 10 KiB of a flat layout.
+	levels0  *[256]*dqLevel[T]
+	levelsHi *[255]*[256]*dqLevel[T]
 
-	// Strict priorities with items: a two-level bitmap over 0..65535 (only
-	// bits >= dqStrictPrio are used).
-	strictWords   [1024]uint64
+	// Strict priorities with items: a two-level bitmap over 0..65535
+	// (only bits >= dqStrictPrio are used). The words of priorities from
+	// 256 up are allocated when one is first used (strictWord).
+	strictLo      [dqLoWords]uint64
+	strictHi      *[1024 - dqLoWords]uint64
 	strictSummary [16]uint64
 
 	lowBits  uint64 // low priorities (< 64) with items
@@ -403,10 +412,21 @@ func (q *DispatchQueue[T]) dqAdmit() {
 
 // dqLevel returns the level of priority p, creating it on first use.
 func (q *DispatchQueue[T]) dqLevel(p uint16) *dqLevel[T] {
-	blk := q.levels[p>>8]
-	if blk == nil {
-		blk = new([256]*dqLevel[T])
-		q.levels[p>>8] = blk
+	var blk *[256]*dqLevel[T]
+	if p < 256 {
+		if q.levels0 == nil {
+			q.levels0 = new([256]*dqLevel[T])
+		}
+		blk = q.levels0
+	} else {
+		if q.levelsHi == nil {
+			q.levelsHi = new([255]*[256]*dqLevel[T])
+		}
+		blk = q.levelsHi[p>>8-1]
+		if blk == nil {
+			blk = new([256]*dqLevel[T])
+			q.levelsHi[p>>8-1] = blk
+		}
 	}
 	l := blk[p&0xff]
 	if l == nil {
@@ -422,7 +442,7 @@ func (q *DispatchQueue[T]) dqMarkNonEmpty(p uint16) {
 		q.lowTotal += int64(p)
 		return
 	}
-	q.strictWords[p>>6] |= 1 << (p & 63)
+	*q.strictWordPtr(int(p >> 6)) |= 1 << (p & 63)
 	q.strictSummary[p>>12] |= 1 << ((p >> 6) & 63)
 }
 
@@ -432,10 +452,34 @@ func (q *DispatchQueue[T]) dqMarkEmpty(p uint16) {
 		q.lowTotal -= int64(p)
 		return
 	}
-	q.strictWords[p>>6] &^= 1 << (p & 63)
-	if q.strictWords[p>>6] == 0 {
+	w := q.strictWordPtr(int(p >> 6))
+	*w &^= 1 << (p & 63)
+	if *w == 0 {
 		q.strictSummary[p>>12] &^= 1 << ((p >> 6) & 63)
 	}
+}
+
+// strictWord returns bitmap word w (priorities 64w to 64w+63).
+func (q *DispatchQueue[T]) strictWord(w int) uint64 {
+	if w < dqLoWords {
+		return q.strictLo[w]
+	}
+	if q.strictHi == nil {
+		return 0
+	}
+	return q.strictHi[w-dqLoWords]
+}
+
+// strictWordPtr returns bitmap word w to update, allocating the words
+// from dqLoWords up on first use.
+func (q *DispatchQueue[T]) strictWordPtr(w int) *uint64 {
+	if w < dqLoWords {
+		return &q.strictLo[w]
+	}
+	if q.strictHi == nil {
+		q.strictHi = new([1024 - dqLoWords]uint64)
+	}
+	return &q.strictHi[w-dqLoWords]
 }
 
 // dqHighestStrict returns the highest strict priority with items, or -1.
@@ -443,7 +487,7 @@ func (q *DispatchQueue[T]) dqHighestStrict() int {
 	for i := len(q.strictSummary) - 1; i >= 0; i-- {
 		if s := q.strictSummary[i]; s != 0 {
 			w := i*64 + 63 - bits.LeadingZeros64(s)
-			return w*64 + 63 - bits.LeadingZeros64(q.strictWords[w])
+			return w*64 + 63 - bits.LeadingZeros64(q.strictWord(w))
 		}
 	}
 	return -1
@@ -453,12 +497,12 @@ func (q *DispatchQueue[T]) dqHighestStrict() int {
 // items, or -1.
 func (q *DispatchQueue[T]) dqNextStrictBelow(p int) int {
 	w := p >> 6
-	if m := q.strictWords[w] & (1<<(p&63) - 1); m != 0 {
+	if m := q.strictWord(w) & (1<<(p&63) - 1); m != 0 {
 		return w*64 + 63 - bits.LeadingZeros64(m)
 	}
 	for w--; w >= 0; w-- {
 		if q.strictSummary[w>>6]&(1<<(w&63)) != 0 {
-			return w*64 + 63 - bits.LeadingZeros64(q.strictWords[w])
+			return w*64 + 63 - bits.LeadingZeros64(q.strictWord(w))
 		}
 	}
 	return -1
