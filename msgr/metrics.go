@@ -61,7 +61,82 @@ type peerRow struct {
 	peer                 string
 	recvVec, sentVec     metrics.CounterVec
 	recvBytes, sentBytes *metrics.Counter
-	recv, sent           [maxTypeLabel + 1]atomic.Pointer[metrics.Counter]
+	recv, sent           typeSlots
+}
+
+// typeSlots holds the children of one peer type's message counter by
+// message type: the first type seen inline (a messenger mostly exchanges
+// one or a few types with a given peer type), the others in a table of
+// maxTypeLabel+1 slots (the last one "other") of two levels, each
+// allocated on first use. A flat table was 29 KiB per messenger, most of
+// the live heap of a client messenger.
+type typeSlots struct {
+	first  atomic.Uint32 // index+1 of the type in firstC; 0 until set
+	firstC atomic.Pointer[metrics.Counter]
+	top    atomic.Pointer[[typeChunks]atomic.Pointer[typeChunk]]
+}
+
+// typeChunkLen is the number of message types one chunk holds.
+const typeChunkLen = 16
+
+// typeChunks is the number of chunks of one peer type and direction.
+const typeChunks = (maxTypeLabel + typeChunkLen) / typeChunkLen
+
+type typeChunk [typeChunkLen]atomic.Pointer[metrics.Counter]
+
+// slot returns the table's slot of type index i (at most maxTypeLabel),
+// making its levels if need be.
+func (s *typeSlots) slot(i int) *atomic.Pointer[metrics.Counter] {
+	top := s.top.Load()
+	if top == nil {
+		top = new([typeChunks]atomic.Pointer[typeChunk])
+		if !s.top.CompareAndSwap(nil, top) {
+			top = s.top.Load()
+		}
+	}
+	ch := top[i/typeChunkLen].Load()
+	if ch == nil {
+		ch = new(typeChunk)
+		if !top[i/typeChunkLen].CompareAndSwap(nil, ch) {
+			ch = top[i/typeChunkLen].Load()
+		}
+	}
+	return &ch[i%typeChunkLen]
+}
+
+// typeCounter returns the child of vec for the message type, made once.
+func (r *peerRow) typeCounter(slots *typeSlots, vec metrics.CounterVec, t uint16) *metrics.Counter {
+	i := min(int(t), maxTypeLabel)
+	if slots.first.Load() == uint32(i)+1 {
+		return slots.firstC.Load()
+	}
+	if slots.first.Load() == 0 {
+		// The first type: claimed by one caller, which publishes the
+		// counter before the type; a caller losing the race takes the
+		// table like any later type.
+		if slots.first.CompareAndSwap(0, 1<<31) {
+			c := r.child(vec, i)
+			slots.firstC.Store(c)
+			slots.first.Store(uint32(i) + 1)
+			return c
+		}
+	}
+	slot := slots.slot(i)
+	if c := slot.Load(); c != nil {
+		return c
+	}
+	c := r.child(vec, i)
+	slot.Store(c)
+	return c
+}
+
+// child returns vec's child for the peer type and type index i.
+func (r *peerRow) child(vec metrics.CounterVec, i int) *metrics.Counter {
+	label := "other"
+	if i < maxTypeLabel {
+		label = strconv.Itoa(i)
+	}
+	return vec.With(r.peer, label)
 }
 
 func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
@@ -116,23 +191,6 @@ func (mm *msgrMetrics) row(t msg.EntityType) *peerRow {
 		}
 	}
 	return &mm.rows[len(peerTypes)]
-}
-
-// typeCounter returns the child of vec for the message type, made once.
-func (r *peerRow) typeCounter(slots *[maxTypeLabel + 1]atomic.Pointer[metrics.Counter], vec metrics.CounterVec, t uint16) *metrics.Counter {
-	i, label := int(t), ""
-	if i >= maxTypeLabel {
-		i, label = maxTypeLabel, "other"
-	}
-	if c := slots[i].Load(); c != nil {
-		return c
-	}
-	if label == "" {
-		label = strconv.Itoa(i)
-	}
-	c := vec.With(r.peer, label)
-	slots[i].Store(c)
-	return c
 }
 
 // The update methods do nothing on a nil *msgrMetrics (Config.NoMetrics).
