@@ -81,6 +81,12 @@ func BenchmarkIdleConnections(b *testing.B) {
 		n = v
 	}
 	profDir := os.Getenv("FERRY_IDLE_PROFILE")
+	if profDir != "" {
+		// Sample every KiB, not every 512: a connection's allocations
+		// are mostly small, and the profiles are divided by 10,000.
+		defer func(r int) { runtime.MemProfileRate = r }(runtime.MemProfileRate)
+		runtime.MemProfileRate = 1024
+	}
 	for range b.N {
 		var extra []string
 		var srvDebug string // the server's /debug/pprof/ URL
@@ -154,6 +160,8 @@ func BenchmarkIdleConnections(b *testing.B) {
 			b.ReportMetric(per(cliMem0.heap, cliMem1.heap), "client-heap-KiB/conn")
 			b.ReportMetric(per(cliMem0.stack, cliMem1.stack), "client-stack-KiB/conn")
 			b.ReportMetric((float64(cliMem1.goroutines)-float64(cliMem0.goroutines))/float64(n), "client-goroutines/conn")
+			b.ReportMetric(per(cliMem0.alloc, cliMem1.alloc), "client-alloc-KiB/conn")
+			b.ReportMetric(float64(cliMem1.gcs-cliMem0.gcs-2), "client-GCs")
 			b.ReportMetric(per(srvMem0.heap, srvMem1.heap), "server-heap-KiB/conn")
 			b.ReportMetric(per(srvMem0.stack, srvMem1.stack), "server-stack-KiB/conn")
 			b.ReportMetric((float64(srvMem1.goroutines)-float64(srvMem0.goroutines))/float64(n), "server-goroutines/conn")
@@ -201,13 +209,15 @@ func memStatsOf(profile string) string {
 type idleMem struct {
 	heap, stack uint64
 	goroutines  int
+	alloc       uint64 // bytes allocated so far (client only)
+	gcs         uint32 // collections so far, forced ones included (client only)
 }
 
 func clientMem() idleMem {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return idleMem{heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine()}
+	return idleMem{heap: ms.HeapInuse, stack: ms.StackInuse, goroutines: runtime.NumGoroutine(), alloc: ms.TotalAlloc, gcs: ms.NumGC}
 }
 
 // serverMem reads the server's figures from its heap profile's text form,
