@@ -29,3 +29,6 @@ func (c *Conn) ReaderParked() bool {
 func ParkWithoutPoller() func() {
 	return poller.setDisabled(true)
 }
+
+// ReadBufGrows returns how many readers have taken a large read buffer.
+func ReadBufGrows() int64 { return readBufGrows.Load() }

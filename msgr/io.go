@@ -50,6 +50,8 @@ type frameReader struct {
 	// has read one since it last parked (read).
 	lastFrame, lastMsg int64
 	read               bool
+
+	ahead uint8 // frames in a row found buffered after the one read (growReadBuf)
 }
 
 func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
@@ -270,6 +272,15 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		c.ackPending = true
 		c.mu.Unlock()
 		w.pending.Store(true)
+	}
+	if br.Size() < readBufSize {
+		// Frames arriving faster than they are read: a large buffer,
+		// fewer reads from the socket.
+		if br.Buffered() == 0 {
+			fr.ahead = 0
+		} else if fr.ahead++; fr.ahead >= growAfter {
+			fr.growReadBuf()
+		}
 	}
 	return false, nil
 }

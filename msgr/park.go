@@ -48,18 +48,88 @@ var parkAfter atomic.Int64 // ns; a second unless a test changes it
 
 func init() { parkAfter.Store(int64(time.Second)) }
 
-// readBufs holds the read buffers of parked connections, so that ten
-// thousand idle connections do not each keep 64 KiB, of which the pages
-// they touched are resident.
-var readBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+// readBufs and bigReadBufs hold the read buffers of parked connections,
+// so that ten thousand idle connections do not each keep one, of which
+// the pages they touched are resident. A socket's reader starts with a
+// small buffer (readBufSmall: a handshake, a message now and then, the
+// keepalives) and takes a large one (readBufSize) once frames keep
+// arriving faster than it reads them (frameReader.growReadBuf). A large
+// buffer freed by the collector and allocated again is zeroed whole, all
+// its pages then resident: 64 KiB for every connection that had just
+// received something when ten thousand were set up.
+var (
+	readBufs    = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSmall) }}
+	bigReadBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+)
 
-// getReadBuf returns a read buffer in front of src, one a parked
+// readBufSmall is the size of the read buffer a socket's reader starts
+// with.
+const readBufSmall = 4 << 10
+
+// growAfter is how many frames in a row a reader must find already
+// buffered after the one it read before it takes a large buffer.
+const growAfter = 4
+
+// getReadBuf returns a small read buffer in front of src, one a parked
 // connection gave back if there is one: a new connection then reuses
 // pages already resident rather than touching fresh ones.
 func getReadBuf(src io.Reader) *bufio.Reader {
 	br := readBufs.Get().(*bufio.Reader)
 	br.Reset(src)
 	return br
+}
+
+// putReadBuf gives a read buffer back to its pool.
+func putReadBuf(br *bufio.Reader) {
+	br.Reset(nil)
+	if br.Size() >= readBufSize {
+		bigReadBufs.Put(br)
+	} else {
+		readBufs.Put(br)
+	}
+}
+
+// growReadBuf replaces fr's small read buffer by a large one, which takes
+// over what the small one holds. Only the role's holder calls it, at a
+// frame boundary.
+func (fr *frameReader) growReadBuf() {
+	small := fr.br
+	big := bigReadBufs.Get().(*bufio.Reader)
+	if n := small.Buffered(); n == 0 {
+		big.Reset(fr.r.nc)
+	} else {
+		held, _ := small.Peek(n)
+		big.Reset(&carryReader{held: held, r: fr.r.nc})
+		// One read of the carryReader moves all of it (n is less than the
+		// large buffer's size), so nothing stays behind it that a read
+		// straight from the socket (lowat.readCRC) would skip.
+		_, _ = big.Peek(n)
+	}
+	putReadBuf(small)
+	fr.br, fr.ahead = big, 0
+	readBufGrows.Add(1)
+}
+
+// readBufGrows counts the readers that took a large buffer (tests).
+var readBufGrows atomic.Int64
+
+// carryReader returns held, then reads from r: the source of a read
+// buffer that took over another's buffered bytes.
+type carryReader struct {
+	held []byte
+	r    io.Reader
+}
+
+func (c *carryReader) Read(p []byte) (int, error) {
+	if len(c.held) > 0 {
+		n := copy(p, c.held)
+		c.held = c.held[n:]
+		if len(c.held) == 0 {
+			c.held = nil
+		}
+		return n, nil
+	}
+	return c.r.Read(p)
 }
 
 // canPark reports whether r's reader may park: an msgr2 socket.
@@ -87,8 +157,7 @@ func (rr *readRole) parkLocked(r *socketRun, fr *frameReader) (bool, error) {
 		go fr.c.waitParked(r)
 	}
 	rr.mu.Unlock()
-	br.Reset(nil)
-	readBufs.Put(br)
+	putReadBuf(br)
 	fr.c.trimWriteState()
 	return false, errParked
 }

@@ -669,8 +669,9 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 	return r
 }
 
-// readBufSize is the size of the buffered reader in front of the socket:
-// small frames are parsed from it without a system call each.
+// readBufSize is the size of the large buffered reader in front of a
+// busy socket (park.go: a reader starts with readBufSmall): small frames
+// are parsed from it without a system call each.
 const readBufSize = 64 << 10
 
 // runSocket runs an established socket: the writer on its own goroutine,
