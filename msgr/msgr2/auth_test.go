@@ -145,8 +145,11 @@ func TestAuthHandshakeModes(t *testing.T) {
 			if cr := c.e.AuthResult(); cr.GlobalID != 4242 || c.e.Peer().GlobalID != 4242 || len(cr.SessionKey) != 16 {
 				t.Fatalf("client's auth result %+v", cr)
 			}
-			if p := s.e.PendingIdent(); p.GID != 4242 {
-				t.Fatalf("client ident gid %d", p.GID)
+			if gid := s.e.Peer().Name.Num; gid != 4242 {
+				t.Fatalf("client ident gid %d", gid)
+			}
+			if s.e.PendingIdent() != nil {
+				t.Fatal("a ready engine still holds the client ident it accepted")
 			}
 			// Messages both ways; a large one takes every GCM operation.
 			front, data := []byte("hello"), seq(3, 70000)
