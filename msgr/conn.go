@@ -50,16 +50,17 @@ type Conn struct {
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	state     connState
-	policy    Policy
-	err       error // why the connection closed
-	run       *socketRun
-	replacing bool       // a new socket is taking over
-	owner     uint8      // who holds the write side (ownNone, ownWriter, ...)
-	hsConn    net.Conn   // outgoing: the socket of a handshake in progress
-	dialer    bool       // an accepted session that now reconnects by itself (runOutgoing runs)
-	ws        writeState // the write side's buffers, used by its owner
+	mu          sync.Mutex
+	policy      Policy
+	err         error // why the connection closed
+	run         *socketRun
+	state       connState
+	replacing   bool       // a new socket is taking over
+	owner       uint8      // who holds the write side (ownNone, ownWriter, ...)
+	dialer      bool       // an accepted session that now reconnects by itself (runOutgoing runs)
+	readyClosed bool       // readyCh is closed
+	hsConn      net.Conn   // outgoing: the socket of a handshake in progress
+	ws          writeState // the write side's buffers, used by its owner
 
 	// Session state (Ceph's Pipe/ProtocolV2 fields).
 	outq          outQueue
@@ -80,10 +81,9 @@ type Conn struct {
 	kaAckStamp msgr2.Stamp // the stamp to echo
 	ackPending bool        // an ACK frame is due (lossless)
 	everReady  bool        // reached stateOpen at least once
-	lastKASent time.Time   // when we last queued a KEEPALIVE2
+	lastKASent int64       // unix ns (Config.Clock) when we last queued a KEEPALIVE2
 
-	readyCh     chan struct{} // closed when first open, or when closed
-	readyClosed bool
+	readyCh chan struct{} // closed when first open, or when closed
 
 	wake chan struct{} // pokes the writer, or a connection in standby
 	done chan struct{} // closed when the connection has closed
@@ -316,7 +316,7 @@ func (e *closedError) Unwrap() error        { return e.reason }
 func (c *Conn) SendKeepalive() {
 	c.mu.Lock()
 	c.sendKA = true
-	c.lastKASent = c.m.cfg.Clock.Now()
+	c.lastKASent = c.m.cfg.Clock.Now().UnixNano()
 	c.mu.Unlock()
 	c.poke()
 }
@@ -585,7 +585,7 @@ func (c *Conn) tick(now time.Time, interval, timeout time.Duration) {
 	c.mu.Lock()
 	open := c.state == stateOpen
 	r := c.run
-	dueKA := open && interval > 0 && now.Sub(c.lastKASent) >= interval
+	dueKA := open && interval > 0 && now.UnixNano()-c.lastKASent >= int64(interval)
 	c.mu.Unlock()
 	if !open || r == nil {
 		return

@@ -698,7 +698,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 	c.auth = authInfo(r.e.AuthResult(), r.e.ConMode())
 	c.state = stateOpen
 	c.everReady = true
-	c.lastKASent = m.cfg.Clock.Now()
+	c.lastKASent = m.cfg.Clock.Now().UnixNano()
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)

@@ -556,7 +556,7 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	}
 	c.state = stateOpen
 	c.everReady = true
-	c.lastKASent = m.cfg.Clock.Now()
+	c.lastKASent = m.cfg.Clock.Now().UnixNano()
 	if !c.readyClosed {
 		c.readyClosed = true
 		close(c.readyCh)
