@@ -60,6 +60,7 @@ type Conn struct {
 	dialer      bool       // an accepted session that now reconnects by itself (runOutgoing runs)
 	readyClosed bool       // readyCh is closed
 	hsConn      net.Conn   // outgoing: the socket of a handshake in progress
+	dialCancel  func()     // outgoing: cancels the dial in progress
 	ws          writeState // the write side's buffers, used by its owner
 
 	// Session state (Ceph's Pipe/ProtocolV2 fields).
@@ -386,6 +387,9 @@ func (c *Conn) close(reason error, notify bool) {
 	c.run = nil
 	if c.hsConn != nil {
 		_ = c.hsConn.Close()
+	}
+	if c.dialCancel != nil {
+		c.dialCancel()
 	}
 	if !c.readyClosed {
 		c.readyClosed = true
