@@ -52,6 +52,11 @@ type frameReader struct {
 	read               bool
 
 	ahead uint8 // frames in a row found buffered after the one read (growReadBuf)
+
+	// fast: a message read since the holder last waited for the socket
+	// went to a FastDispatcher, which may have woken callers waiting for
+	// it (see the write-ownership protocol in write.go: deferLocalSends).
+	fast bool
 }
 
 func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
@@ -103,8 +108,17 @@ func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
 				// processor for the scheduler's whole time slice (10
 				// ms), an honest connection's turn waiting behind every
 				// such reader's: give it to the others.
+				// What the callers it delivered to send meanwhile is
+				// written now, not once the buffer drains, which a
+				// peer keeping it full could put off for good.
 				burst = 0
-				runtime.Gosched()
+				if !fr.fast || !c.deferLocalSends() {
+					runtime.Gosched()
+				}
+				fr.fast = false
+				if c.ws.pending.Load() {
+					c.flushPending(r)
+				}
 			}
 		}
 		if err := rr.acquireBG(r); err != nil {
@@ -127,9 +141,16 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		return false, ErrInjectedFailure
 	}
 	n, retain := e.Need()
-	if w.pending.Load() && fr.br.Buffered() < n {
-		// About to wait for the socket: write what was left for us.
-		c.flushPending(r)
+	if fr.br.Buffered() < n {
+		// About to wait for the socket: write what was left for us,
+		// with what the callers just delivered to send meanwhile.
+		if fr.fast {
+			fr.fast = false
+			c.deferLocalSends()
+		}
+		if w.pending.Load() {
+			c.flushPending(r)
+		}
 	}
 	if interruptible && m.budget.pressure() && r.role.isBG() {
 		if err := c.pauseIfOverShare(r); err != nil {
@@ -227,7 +248,8 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			mm.Conn = c
 			mm.Release, release = release, nil
 			m.injectDelay(c, mm)
-			err := c.deliver(pol, mm, held)
+			fast, err := c.deliver(pol, mm, held)
+			fr.fast = fr.fast || fast
 			held = 0
 			// Deliver before advancing in_seq: an ack never covers a
 			// message the dispatchers could still lose with the socket.
@@ -565,8 +587,9 @@ func (c *Conn) placeData(placers []DataPlacer, h *msg.Header, front []byte, data
 
 // deliver fast-dispatches a received message or queues it for the
 // dispatch goroutine; budget is the throttle budget it holds, returned
-// once it has been dispatched.
-func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
+// once it has been dispatched. It reports whether a FastDispatcher took
+// it.
+func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) (fast bool, err error) {
 	m := c.m
 	it := dispatchItem{kind: itemMessage, c: c, pol: p, m: mm, bytes: budget}
 	m.met.received(mm.Header.Src.Type, mm)
@@ -575,7 +598,7 @@ func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
 		// and the reader stops.
 		mm.Done()
 		m.release(it)
-		return ErrPeerFault
+		return false, ErrPeerFault
 	}
 	for _, d := range *m.dispatchers.Load() {
 		if fd, ok := d.(FastDispatcher); ok && fd.CanFastDispatch(mm) {
@@ -584,14 +607,14 @@ func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) error {
 			fd.FastDispatch(mm)
 			c.ws.rd.Store(false)
 			m.release(it)
-			return nil
+			return true, nil
 		}
 	}
 	if err := m.dq.Enqueue(c.ctx, c.id, uint16(mm.Header.Priority), int(budget), it); err != nil {
 		m.release(it)
-		return err
+		return false, err
 	}
-	return nil
+	return false, nil
 }
 
 // Coalescing: payload buffers smaller than copyMax are copied into the

@@ -663,7 +663,7 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 				mm.Conn = c
 				mm.Release, release = release, nil
 				m.injectDelay(c, mm)
-				err := c.deliver(&pol, mm, held)
+				_, err := c.deliver(&pol, mm, held)
 				held = 0
 				c.inSeq.Store(ev.Seq)
 				if err != nil {

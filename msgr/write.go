@@ -1,5 +1,7 @@
 package msgr
 
+import "runtime"
+
 // The write-ownership protocol: who writes a connection's socket.
 //
 // One party at a time owns the write side of a connection (Conn.owner,
@@ -32,6 +34,15 @@ package msgr
 //     follows Dekker's pattern: a sender stores pending then loads rd, the
 //     reader stores rd then loads pending, so at least one of them sees
 //     the other and the output is not stranded.
+//   - With several goroutines waiting in Await on the connection (many
+//     requests in flight), the holder of the reader role that delivered
+//     to a FastDispatcher since it last waited for the socket lets the
+//     goroutines that delivery woke run before it waits again
+//     (deferLocalSends), with ws.rd set meanwhile: the requests they
+//     send next are left queued, as a dispatcher's reply would be, and
+//     go out in the one write of flushPending instead of one write each.
+//     At one request in flight the caller reads its own reply (Await)
+//     and nothing is deferred.
 //   - The writer goroutine (writeLoop, the seed's Pipe::Writer), which
 //     poke starts when there is work for it and which exits once it has
 //     drained it, writes what nobody else will: keepalives and their acks, replay after a
@@ -320,6 +331,28 @@ func (c *Conn) writeInline(r *socketRun) {
 			return
 		}
 	}
+}
+
+// deferLocalSends is called by the holder of the reader role that has
+// delivered messages to a FastDispatcher and is about to wait for the
+// socket, or to yield the processor after reading fairFrames frames in a
+// row, before it writes what is pending (flushPending). If goroutines
+// other than a caller holding the role wait in Await on c, the delivery
+// has probably woken some: the holder yields the processor once so they
+// run now, and what they send meanwhile, with ws.rd set, is left for its
+// flushPending, one write for them all (see the protocol above). The
+// yield puts the holder behind the goroutines runnable here, which it
+// would wait for anyway once it blocks in the socket. It reports whether
+// it yielded.
+func (c *Conn) deferLocalSends() bool {
+	if c.awaiters.Load() < 2 {
+		return false
+	}
+	w := &c.ws
+	w.rd.Store(true)
+	runtime.Gosched()
+	w.rd.Store(false)
+	return true
 }
 
 // flushPending writes, from the holder of the reader role, what was left
