@@ -93,13 +93,18 @@ func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
 		for burst := 0; ; {
 			yield, err := fr.step(true)
 			if err != nil {
+				c.dropHold()
 				if err != errParked {
 					rr.exit()
 				}
 				return err
 			}
 			if yield && rr.yieldBG() {
+				c.dropHold()
 				break
+			}
+			if fr.fast {
+				c.holdLocalSends()
 			}
 			if fr.br.Buffered() == 0 {
 				burst = 0
@@ -605,7 +610,9 @@ func (c *Conn) deliver(p *Policy, mm *msg.Message, budget int64) (fast bool, err
 			mm.DispatchStamp = mm.RecvCompleteStamp // now, to within the delivery's own cost
 			c.ws.rd.Store(true)
 			fd.FastDispatch(mm)
-			c.ws.rd.Store(false)
+			if !c.ws.hold {
+				c.ws.rd.Store(false)
+			}
 			m.release(it)
 			return true, nil
 		}
@@ -678,6 +685,7 @@ type writeState struct {
 	// one of them sees the other and the output is not stranded.
 	rd      atomic.Bool
 	pending atomic.Bool
+	hold    bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
 }
 
 // crcFix is a data CRC that encode left as zero in an epilogue: once

@@ -333,6 +333,30 @@ func (c *Conn) writeInline(r *socketRun) {
 	}
 }
 
+// holdLocalSends is called by the socket's reader goroutine after a
+// frame it delivered to a FastDispatcher, while it reads on from its
+// buffer: if goroutines wait in Await on c, it keeps ws.rd set until
+// deferLocalSends, so that what the callers it woke send meanwhile from
+// other processors is left for its flushPending as well.
+func (c *Conn) holdLocalSends() {
+	w := &c.ws
+	if !w.hold && c.awaiters.Load() >= 2 {
+		w.hold = true
+		w.rd.Store(true)
+	}
+}
+
+// dropHold ends a hold (holdLocalSends) when the reader goroutine stops
+// reading; what is pending stays queued for the writer goroutine, the
+// next socket's reader or the next sender.
+func (c *Conn) dropHold() {
+	w := &c.ws
+	if w.hold {
+		w.hold = false
+		w.rd.Store(false)
+	}
+}
+
 // deferLocalSends is called by the holder of the reader role that has
 // delivered messages to a FastDispatcher and is about to wait for the
 // socket, or to yield the processor after reading fairFrames frames in a
@@ -345,12 +369,13 @@ func (c *Conn) writeInline(r *socketRun) {
 // would wait for anyway once it blocks in the socket. It reports whether
 // it yielded.
 func (c *Conn) deferLocalSends() bool {
-	if c.awaiters.Load() < 2 {
+	w := &c.ws
+	if !w.hold && c.awaiters.Load() < 2 {
 		return false
 	}
-	w := &c.ws
 	w.rd.Store(true)
 	runtime.Gosched()
+	w.hold = false
 	w.rd.Store(false)
 	return true
 }
