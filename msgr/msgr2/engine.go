@@ -476,6 +476,24 @@ func (e *Engine) Need() (n int, retain bool) {
 	return e.pre.BodyLen(e.rev1), e.pre.Tag == TagMessage
 }
 
+// NextFrameLen returns the length of the frame that b begins with,
+// preamble included, when the engine is ready and between frames in crc
+// mode: a reader can tell from it whether a whole frame is buffered
+// before it feeds any of it. It reports false when it cannot tell (in a
+// frame, not ready, secure mode, fewer than PreambleLen bytes, or a
+// preamble Feed would refuse, which Feed then reports). It changes
+// nothing.
+func (e *Engine) NextFrameLen(b []byte) (int, bool) {
+	if e.state != stReady || e.inFrame || e.rx != nil || len(b) < PreambleLen {
+		return 0, false
+	}
+	pre, err := ParsePreamble(b, e.lim)
+	if err != nil {
+		return 0, false
+	}
+	return PreambleLen + pre.BodyLen(e.rev1), true
+}
+
 // fail closes the engine with err and returns it.
 func (e *Engine) fail(err error) error {
 	if e.err == nil {
