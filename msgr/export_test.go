@@ -32,3 +32,10 @@ func ParkWithoutPoller() func() {
 
 // ReadBufGrows returns how many readers have taken a large read buffer.
 func ReadBufGrows() int64 { return readBufGrows.Load() }
+
+// Queued reports how many messages wait in c's out queue.
+func (c *Conn) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outq.n
+}

@@ -685,7 +685,8 @@ type writeState struct {
 	// one of them sees the other and the output is not stranded.
 	rd      atomic.Bool
 	pending atomic.Bool
-	hold    bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
+	corks   atomic.Int32 // Cork minus Uncork calls (write.go)
+	hold    bool         // the reader goroutine keeps rd set between frames (holdLocalSends); its own
 }
 
 // crcFix is a data CRC that encode left as zero in an epilogue: once

@@ -302,6 +302,11 @@ func (rr *readRole) releaseLocked() {
 // cost as much as the copies once both sides wrote inline (the reader
 // goroutine spun on one CPU while the caller waited to run).
 func (c *Conn) Await(ctx context.Context, done <-chan struct{}) (bool, error) {
+	if c.ws.corks.Load() > 0 {
+		// What it waits for may answer a message held by a cork
+		// (write.go): write it now.
+		c.flushHeld()
+	}
 	if c.awaiters.Add(1) > 1 {
 		// Others wait on this connection too: many requests are in
 		// flight, and whoever reads delivers a burst of replies at a
@@ -399,14 +404,21 @@ func (c *Conn) readAwaiting(ctx context.Context, r *socketRun, done <-chan struc
 			return false, err
 		}
 		if _, err := fr.step(true); err != nil {
-			rr.mu.Lock()
-			rr.err = err
-			rr.releaseLocked()
-			rr.mu.Unlock()
-			r.fail(err)
+			c.readFailed(r, err)
 			return c.waitDone(ctx, done)
 		}
 	}
+}
+
+// readFailed records that a caller's read of r ended with err, gives the
+// role up and fails the socket.
+func (c *Conn) readFailed(r *socketRun, err error) {
+	rr := &r.role
+	rr.mu.Lock()
+	rr.err = err
+	rr.releaseLocked()
+	rr.mu.Unlock()
+	r.fail(err)
 }
 
 // releaseRole gives up a caller's role on r. What was left for the

@@ -43,6 +43,16 @@ import "runtime"
 //     go out in the one write of flushPending instead of one write each.
 //     At one request in flight the caller reads its own reply (Await)
 //     and nothing is deferred.
+//   - Between Cork and Uncork (ws.corks), what is sent is left queued
+//     with ws.pending set in the same way, and Uncork writes it, in one
+//     write (flushPending), unless the reader role has meanwhile: the
+//     RPC layer's progress corks the connection while it runs a batch
+//     of completion callbacks, which send the next requests. The pair
+//     is Dekker's again (a sender stores pending then loads corks,
+//     Uncork decrements corks then loads pending). A goroutine that
+//     waits in Await while a cork is held writes what is pending first,
+//     so that a callback's own request is never held while it waits
+//     for its reply.
 //   - The writer goroutine (writeLoop, the seed's Pipe::Writer), which
 //     poke starts when there is work for it and which exits once it has
 //     drained it, writes what nobody else will: keepalives and their acks, replay after a
@@ -257,9 +267,9 @@ func (c *Conn) tryInline() {
 		return
 	}
 	w := &c.ws
-	if w.rd.Load() {
+	if w.rd.Load() || w.corks.Load() > 0 {
 		w.pending.Store(true)
-		if w.rd.Load() {
+		if w.rd.Load() || w.corks.Load() > 0 {
 			c.mu.Unlock()
 			return
 		}
@@ -378,6 +388,45 @@ func (c *Conn) deferLocalSends() bool {
 	w.hold = false
 	w.rd.Store(false)
 	return true
+}
+
+// Cork makes c hold the messages sent on it, by any goroutine, instead
+// of writing each as it is sent, until the matching Uncork, which writes
+// them together: a goroutine about to send several messages in a row
+// (the RPC layer's progress running a batch of callbacks) saves a system
+// call per message. Corks nest. A goroutine waiting in Await writes what
+// is held first; any other wait for a reply to a held message lasts
+// until Uncork. Messages that would not be written inline anyway (the
+// connection not open, replaying) are not held. Safe for concurrent use;
+// every Cork must be paired with one Uncork.
+func (c *Conn) Cork() { c.ws.corks.Add(1) }
+
+// Uncork undoes one Cork; the last one writes what was held, inline if
+// the write side is free (see the protocol above).
+func (c *Conn) Uncork() {
+	switch n := c.ws.corks.Add(-1); {
+	case n < 0:
+		c.ws.corks.Add(1)
+		panic("msgr: Conn.Uncork without Cork")
+	case n == 0:
+		c.flushHeld()
+	}
+}
+
+// flushHeld writes what is pending (ws.pending) from a goroutine that
+// does not hold the reader role, if anything is.
+func (c *Conn) flushHeld() {
+	if !c.ws.pending.Load() {
+		return
+	}
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r == nil {
+		c.poke()
+		return
+	}
+	c.flushPending(r)
 }
 
 // flushPending writes, from the holder of the reader role, what was left

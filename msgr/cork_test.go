@@ -1,0 +1,119 @@
+package msgr_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
+)
+
+// TestCorkHoldsUntilUncork: what is sent on a corked connection stays
+// queued, from every goroutine, until the last Uncork writes it all; a
+// goroutine waiting in Await meanwhile has it written first.
+func TestCorkHoldsUntilUncork(t *testing.T) {
+	conn, a := awaitPair(t)
+	awaitReply(t, conn, a, 1) // open, and the inline path in use
+	conn.Cork()
+	conn.Cork() // corks nest
+	var wg sync.WaitGroup
+	for tid := uint64(2); tid <= 5; tid++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := msg.New(testType)
+			m.Header.Tid = tid
+			if err := conn.Send(m); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := conn.Queued(); n != 4 {
+		t.Fatalf("%d messages queued while corked, want 4", n)
+	}
+	conn.Uncork()
+	if n := conn.Queued(); n != 4 {
+		t.Fatalf("%d messages queued after the inner Uncork, want 4", n)
+	}
+	conn.Uncork() // written now, or by the write side's owner
+	got := map[uint64]bool{}
+	for len(got) < 4 {
+		select {
+		case r := <-a.replies:
+			got[r.Header.Tid] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("replies %v after Uncork", got)
+		}
+	}
+	// Corked, a sender that then waits in Await for its reply gets it.
+	conn.Cork()
+	defer conn.Uncork()
+	awaitReply(t, conn, a, 6)
+}
+
+// TestUncorkWithoutCork panics rather than leave the count negative.
+func TestUncorkWithoutCork(t *testing.T) {
+	conn, _ := awaitPair(t)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Uncork without Cork did not panic")
+		}
+	}()
+	conn.Uncork()
+}
+
+// TestAwaitDepthFastDispatch: several goroutines each with requests in
+// flight on one connection, their replies fast-dispatched: the reader
+// that delivers a burst leaves the woken callers' next requests for its
+// own write (the write-ownership protocol's deferral) and every reply
+// still arrives.
+func TestAwaitDepthFastDispatch(t *testing.T) {
+	s := echoServer(t, transport.Default, "tcp://127.0.0.1:0", msgr.Config{})
+	const workers, each = 16, 200
+	var chans [workers]chan struct{}
+	for i := range chans {
+		chans[i] = make(chan struct{}, 1)
+	}
+	c, _ := newAwaitClient(t, msgr.Config{})
+	c.AddDispatcherHead(fastFunc(func(m *msg.Message) {
+		chans[m.Header.Tid%workers] <- struct{}{}
+		m.Conn.(*msgr.Conn).Nudge()
+	}))
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range each {
+				m := msg.New(testType)
+				m.Header.Tid = uint64(i*workers + w)
+				if err := conn.Send(m); err != nil {
+					t.Error(err)
+					return
+				}
+				if ok, err := conn.Await(ctx, chans[w]); !ok {
+					t.Errorf("worker %d, request %d: %v", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// fastFunc is a FastDispatcher taking every message of testType.
+type fastFunc func(*msg.Message)
+
+func (f fastFunc) CanFastDispatch(m *msg.Message) bool { return m.Header.Type == testType }
+func (f fastFunc) FastDispatch(m *msg.Message)         { f(m) }
+func (f fastFunc) Dispatch(m *msg.Message) bool        { f(m); return true }
