@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/ferrymsg/ferry/msgr/msgr2"
 )
 
 // The reader role: who reads a socket.
@@ -33,7 +35,9 @@ import (
 //     back.
 //   - The holder of a caller's role returns from Await once what it waits
 //     for is ready, giving the role to the next successor or back to the
-//     reader goroutine. Nudge interrupts its wait for a frame the same way
+//     reader goroutine; first it delivers the whole frames already
+//     buffered (drainBuffered: no read, no throttle wait), so that the
+//     replies of a burst are all there for the caller at once. Nudge interrupts its wait for a frame the same way
 //     (the wait is over because its context ended, its request timed out,
 //     or another goroutine delivered to it).
 //   - An error while a caller reads is kept in the role and the socket is
@@ -395,6 +399,9 @@ func (c *Conn) readAwaiting(ctx context.Context, r *socketRun, done <-chan struc
 	for {
 		select {
 		case <-done:
+			if err := c.drainBuffered(r, fr); err != nil {
+				return c.waitDone(ctx, done)
+			}
 			c.releaseRole(r)
 			return true, nil
 		default:
@@ -419,6 +426,33 @@ func (c *Conn) readFailed(r *socketRun, err error) {
 	rr.releaseLocked()
 	rr.mu.Unlock()
 	r.fail(err)
+}
+
+// drainBuffered is called by a caller holding the role whose wait is
+// over: it delivers the whole frames already buffered, up to fairFrames,
+// before it gives the role up, so that what they make ready (the
+// replies of other requests in flight, queued for the RPC layer's
+// progress) is there at once rather than one frame per Await, and the
+// requests they are answered with can go out together. It reads nothing
+// from the socket and stops at a frame boundary. An error has already
+// given the role up and failed the socket.
+func (c *Conn) drainBuffered(r *socketRun, fr *frameReader) error {
+	e := r.e
+	for range fairFrames {
+		b, _ := fr.br.Peek(fr.br.Buffered())
+		n, ok := e.NextFrameLen(b)
+		if !ok || n > len(b) || !c.budgetFree(&fr.pol, int64(n)) {
+			return nil
+		}
+		// The preamble, then the body if it has one: both buffered.
+		for steps := 0; steps == 0 || (steps == 1 && n > msgr2.PreambleLen); steps++ {
+			if _, err := fr.step(true); err != nil {
+				c.readFailed(r, err)
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // releaseRole gives up a caller's role on r. What was left for the

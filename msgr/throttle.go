@@ -344,6 +344,26 @@ func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) (waited bool, err
 	return true, nil
 }
 
+// budgetFree reports whether takeBudget would take size now without
+// waiting (it takes nothing): a caller holding the reader role that only
+// reads on while it costs no wait (Conn.drainBuffered) asks first.
+func (c *Conn) budgetFree(p *Policy, size int64) bool {
+	h := &c.holds
+	return p.ThrottleMessages.admitsNow(&h.msgs, 1) && p.ThrottleBytes.admitsNow(&h.bytes, size) &&
+		c.m.dispatch.admitsNow(&h.dispatch, size) && !c.m.budget.pressure()
+}
+
+// admitsNow reports whether tryGet(h, c) would succeed now, taking
+// nothing.
+func (t *Throttle) admitsNow(h *throttleHold, c int64) bool {
+	if t == nil || c <= 0 {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.admits(h, c)
+}
+
 // putBudget returns what takeBudget took (nothing if size is 0).
 func (c *Conn) putBudget(p *Policy, size int64) {
 	if size == 0 {
