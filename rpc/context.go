@@ -747,12 +747,34 @@ func (c *Context) runWork() int {
 	batch := c.wq
 	c.wq = c.wq2[:0]
 	c.wmu.Unlock()
+	// Completion callbacks in a row typically send the next requests:
+	// those go out together once the run of callbacks ends (msgr's
+	// Conn.Cork), one system call instead of one each. A callback
+	// waiting in Call has its request written first (Conn.Await);
+	// handlers and bulk callbacks, which may wait for anything, run
+	// uncorked.
+	var corked *msgr.Conn
+	uncork := func() {
+		if corked != nil {
+			corked.Uncork()
+			corked = nil
+		}
+	}
+	defer uncork()
 	for i := range batch {
 		w := batch[i]
 		batch[i] = work{}
 		if w.r != nil {
+			if corked == nil && i+1 < len(batch) && batch[i+1].r != nil {
+				if corked = c.progConn.Load(); corked != nil {
+					corked.Cork()
+				}
+			}
 			c.runCallback(w.r)
-		} else if w.bt != nil {
+			continue
+		}
+		uncork()
+		if w.bt != nil {
 			c.runBulkCallback(w.bt)
 		} else {
 			c.serve(w.in)
