@@ -5,7 +5,9 @@
 # COUNT (default 3000) pings; CC (default: the system's) is the TCP
 # congestion control of both processes' sockets (--tcp-congestion).
 # Prints each run's rate and p50, then the medians and shm's ratio to
-# tcp.
+# tcp. WARMUP (default 300ms; 0 for none) is each ping's --warmup: on
+# this VM the first 100-150 ms of every run are 2-6x slower, tcp and shm
+# alike, which a short run would measure instead of the transport.
 #
 # FERRY=path runs that binary instead of building cmd/ferry; FERRY="A B"
 # (several paths) compares builds: each gets its own servers, and every
@@ -18,6 +20,7 @@ rounds=${1:-5}
 cc=${2:-}
 size=${SIZE:-1M}
 count=${COUNT:-3000}
+warmup=${WARMUP:-300ms}
 dir=$(mktemp -d)
 pids=()
 cleanup() {
@@ -58,7 +61,7 @@ for _ in $(seq "$rounds"); do
 		for addr in "${tcp[$i]}" "shm://$dir/shm$i.sock"; do
 			label=$i
 			[ ${#builds[@]} -eq 1 ] && label=-
-			"${clipin[@]}" "${builds[$i]}" ping "$addr" --size "$size" --count "$count" --json "${ccflag[@]}" |
+			"${clipin[@]}" "${builds[$i]}" ping "$addr" --size "$size" --count "$count" --warmup "$warmup" --json "${ccflag[@]}" |
 				python3 -c 'import json,sys; d=json.load(sys.stdin); a=sys.argv[1]; print(("shm" if a.startswith("shm") else "tcp") + ("" if sys.argv[2] == "-" else "@" + sys.argv[2]), d["msgs_per_s"], d["rtt_us_p50"], d["errors"] + d["mismatches"])' "$addr" "$label"
 		done
 	done

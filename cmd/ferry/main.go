@@ -7,7 +7,7 @@
 //
 //	ferry serve [--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--verbose]
 //	ferry group stat --group FILE [--json] [--timeout D]
-//	ferry ping [--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] ADDR
+//	ferry ping [--count N] [--size BYTES] [--inflight K] [--warmup D] [--json] [--timeout D] ADDR
 //	ferry tell [--mon ADDR | -c ceph.conf] [--keyring FILE] [--name TYPE.ID] TARGET WORDS...
 //	ferry selftest [--endpoints ADDR[,ADDR...]] [--sizes "S R,..."] [--reps N] [--inflight K] [--json]
 //	ferry sim [--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]
@@ -62,7 +62,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{name: "serve", summary: "answer Ceph pings like a mon (simple_server) and serve the RPC self-test as a rank, optionally as a member of a group with SWIM", usage: "[--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--fsid UUID] [--auth cephx --keyring FILE] [--mode MODES] [--verbose]", run: runServe},
-		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--json] [--timeout D] [-c ceph.conf] [--keyring FILE] [--name TYPE.ID] [--auth cephx|none] [--mode MODES] [ADDR]", run: runPing},
+		{name: "ping", summary: "send Ceph pings to a peer and report round-trip times (simple_client)", usage: "[--count N] [--size BYTES] [--inflight K] [--warmup D] [--json] [--timeout D] [-c ceph.conf] [--keyring FILE] [--name TYPE.ID] [--auth cephx|none] [--mode MODES] [ADDR]", run: runPing},
 		{name: "tell", summary: "run a command on a mon (MMonCommand) or an OSD (MCommand), as ceph tell does", usage: "[--mon ADDR | -c ceph.conf] [--keyring FILE] [--name TYPE.ID] [--auth cephx|none] [--mode secure|crc[,...]] TARGET WORDS...", run: runTell},
 		{name: "admin", summary: "send a command to an admin socket (ferry serve --admin-socket, or a Ceph daemon's) and print its JSON", usage: "[--timeout D] PATH perf dump|status|connections|help", run: runAdmin},
 		{name: "bench", summary: "compare ferry's round trips with each transport's raw floor, and write a table and plots", usage: "[--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]", run: runBench},

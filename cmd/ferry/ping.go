@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	verify := fs.Bool("verify", false, "tag each ping's data with its own counter (--size is raised to 8) and check the echoes: report lost, duplicated and reordered pings; ride out connection resets whatever the policy")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of text")
 	timeout := fs.Duration("timeout", 30*time.Second, "overall time limit, connection setup included")
+	warmup := fs.Duration("warmup", 0, "ping for this long first, at the same size and depth, and leave those pings out of the results (on a VM the first 100-200 ms of a run can be several times slower than the rest)")
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	mflags := addMsgrFlags(fs, "lossy-client")
 	af := addAuthFlags(fs)
@@ -54,6 +56,8 @@ func runPing(ctx context.Context, e *env, args []string) int {
 		return usageError(e, fs, "--interval must not be negative")
 	case *timeout <= 0:
 		return usageError(e, fs, "--timeout must be positive")
+	case *warmup < 0:
+		return usageError(e, fs, "--warmup must not be negative")
 	}
 	mopts, err := mflags.options()
 	if err != nil {
@@ -99,10 +103,20 @@ func runPing(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "ferry ping: %v\n", err)
 		return exitError
 	}
-	res := pc.run(ctx, opts)
+	var warm *pingResult
+	if *warmup > 0 {
+		warm = pc.warmUp(ctx, opts, *warmup)
+	}
+	res := warm
+	if warm == nil || warm.Errors() == 0 && warm.Err == nil {
+		res = pc.run(ctx, opts)
+	}
 	stopProf()
 	rep := newPingReport(res, opts, addr, peer)
 	rep.Policy = mopts.PolicyName
+	if warm != nil {
+		rep.WarmupS, rep.WarmupPings = warm.Elapsed.Seconds(), warm.OK
+	}
 	if *asJSON {
 		writeJSON(e, rep)
 	} else {
@@ -151,8 +165,12 @@ type pingReport struct {
 	MBytesPerS float64 `json:"mbytes_per_s"` // data payload sent + received, 10^6 B/s
 	Bytes      int64   `json:"bytes"`        // data payload sent + received
 	ElapsedS   float64 `json:"elapsed_s"`
-	Status     any     `json:"status,omitempty"` // the first reply's status: raw JSON, or a string
-	Error      string  `json:"error,omitempty"`
+	// WarmupS and WarmupPings are the time and the pings of the warm-up
+	// (--warmup), left out of every other figure.
+	WarmupS     float64 `json:"warmup_s,omitempty"`
+	WarmupPings int     `json:"warmup_pings,omitempty"`
+	Status      any     `json:"status,omitempty"` // the first reply's status: raw JSON, or a string
+	Error       string  `json:"error,omitempty"`
 }
 
 func newPingReport(res *pingResult, o pingOptions, addr, peer string) *pingReport {
@@ -263,6 +281,9 @@ type pingOptions struct {
 	// duplicated and reordered echoes. It also makes the run ride out
 	// resets of a lossy connection by connecting again.
 	Verify bool
+	// Until, when set, ends the run's sending at that time, whatever
+	// Count (then a bound) says; Requested becomes the count sent.
+	Until time.Time
 	// Progress, if set, is called on the engine's goroutine after each
 	// reply with the number of pings answered so far.
 	Progress func(done, total int)
@@ -712,7 +733,7 @@ func (p *pingClient) run(ctx context.Context, o pingOptions) *pingResult {
 	if o.Verify {
 		o.Size = max(o.Size, counterBytes)
 	}
-	res := &pingResult{Requested: o.Count, Verify: o.Verify, RTTs: make([]time.Duration, 0, o.Count)}
+	res := &pingResult{Requested: o.Count, Verify: o.Verify, RTTs: make([]time.Duration, 0, min(o.Count, 1<<16))}
 	pending := make(map[uint64]pendingPing, o.Inflight)
 	abandoned := make(map[uint64]pendingPing) // given up on a reset; an echo may still come
 	var order []uint64                        // keys in send order, for replies without a tid
@@ -823,6 +844,11 @@ loop:
 		paced := false
 		for res.Sent < o.Count && len(pending) < o.Inflight {
 			now := time.Now()
+			if !o.Until.IsZero() && !now.Before(o.Until) {
+				o.Count = res.Sent // the time is up: stop sending
+				res.Requested = o.Count
+				break
+			}
 			if o.Interval > 0 && now.Before(nextSend) {
 				paced = true
 				break
@@ -860,6 +886,9 @@ loop:
 				}
 				nextSend = nextSend.Add(o.Interval)
 			}
+		}
+		if res.Sent >= o.Count && len(pending) == 0 {
+			break // Until ended the sending with nothing outstanding
 		}
 		select {
 		case <-p.sig: // stale: what it announced was taken
@@ -928,6 +957,13 @@ loop:
 		res.Duplicated, res.Reordered = track.duplicated, track.reordered
 	}
 	return res
+}
+
+// warmUp pings as o says for d and returns the run, whose results the
+// caller leaves out (or reports instead, if they have errors).
+func (p *pingClient) warmUp(ctx context.Context, o pingOptions, d time.Duration) *pingResult {
+	o.Count, o.Until = math.MaxInt32, time.Now().Add(d)
+	return p.run(ctx, o)
 }
 
 // connErr returns why c closed.

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,5 +60,37 @@ func TestPingSizeSuffixAndProfiles(t *testing.T) {
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Errorf("serve exit %d; stderr:\n%s", code, srv.stderr.String())
+	}
+}
+
+// TestPingWarmup: --warmup pings for the time given before the measured
+// run and leaves those pings out: the report counts exactly --count
+// pings and names the warm-up's own time and pings, which a serve on the
+// other end answered too (its count is the sum). A negative --warmup is
+// a usage error.
+func TestPingWarmup(t *testing.T) {
+	srv := startServeAt(t, fmt.Sprintf("shm://ferry-cli-warm-%d", os.Getpid()))
+	r := runFerry(t, time.Minute, "ping", "--count", "7", "--size", "64", "--warmup", "200ms", "--json", srv.addr)
+	var rep pingReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil {
+		t.Fatalf("ping --warmup: exit %d, %v\nstdout: %s\nstderr: %s", r.code, err, r.stdout, r.stderr)
+	}
+	if rep.Count != 7 || rep.Requested != 7 || rep.Sent != 7 || rep.Errors != 0 {
+		t.Errorf("measured run: count %d requested %d sent %d errors %d, want 7 7 7 0", rep.Count, rep.Requested, rep.Sent, rep.Errors)
+	}
+	if rep.WarmupS < 0.15 || rep.WarmupPings < 1 {
+		t.Errorf("warm-up: %.3f s, %d pings; want about 0.2 s and at least 1 ping", rep.WarmupS, rep.WarmupPings)
+	}
+	if rep.ElapsedS >= rep.WarmupS {
+		t.Errorf("elapsed %.3f s includes the warm-up (%.3f s)", rep.ElapsedS, rep.WarmupS)
+	}
+	if r := runFerry(t, time.Minute, "ping", "--warmup", "-1s", srv.addr); r.code != exitUsage {
+		t.Errorf("ping --warmup -1s: exit %d, want %d (usage)", r.code, exitUsage)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Errorf("serve exit %d; stderr:\n%s", code, srv.stderr.String())
+	}
+	if want := fmt.Sprintf("pings_answered=%d", 7+rep.WarmupPings); !strings.Contains(srv.stderr.String(), want) {
+		t.Errorf("serve stderr lacks %q:\n%s", want, srv.stderr.String())
 	}
 }
