@@ -17,6 +17,18 @@
 // the server process. Run:
 //
 //	go test -run '^$' -bench . -benchtime 2s -count 1 ./bench/transports
+//
+// On a small machine the figures over shm depend on where the kernel
+// runs the two processes (spinning readers on one CPU take turns; on two
+// they do not wait for each other). FERRY_BENCH_SERVER_CPUS=LIST runs the
+// server under `taskset -c LIST`; run the client under taskset too to
+// place both, e.g. apart:
+//
+//	go test -c -o /tmp/tr.test ./bench/transports
+//	FERRY_BENCH_SERVER_CPUS=1 taskset -c 0 /tmp/tr.test -test.run '^$' -test.bench RoundTrip64
+//
+// FERRY_BENCH_SERVER_PROFILE=FILE writes the server process's CPU
+// profile to FILE (the client's is -test.cpuprofile).
 package transports
 
 import (
@@ -31,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,7 +109,17 @@ func pattern(p []byte) {
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRole) == "server" {
-		if err := serve(os.Stdin, os.Stdout); err != nil {
+		stop := func() {}
+		if f := os.Getenv("FERRY_BENCH_SERVER_PROFILE"); f != "" {
+			var err error
+			if stop, err = startProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, "server:", err)
+				os.Exit(1)
+			}
+		}
+		err := serve(os.Stdin, os.Stdout)
+		stop()
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "server:", err)
 			os.Exit(1)
 		}
@@ -107,6 +130,20 @@ func TestMain(m *testing.M) {
 		thePeer.stop()
 	}
 	os.Exit(code)
+}
+
+// startProfile starts a CPU profile into the file f and returns what
+// stops it.
+func startProfile(f string) (stop func(), err error) {
+	w, err := os.Create(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); w.Close() }, nil
 }
 
 // serve runs the server process: per transport a ferry instance and a
@@ -258,6 +295,9 @@ func (p *peer) start() error {
 		return err
 	}
 	p.cmd = exec.Command(exe, "-test.run=^$")
+	if cpus := os.Getenv("FERRY_BENCH_SERVER_CPUS"); cpus != "" {
+		p.cmd = exec.Command("taskset", "-c", cpus, exe, "-test.run=^$")
+	}
 	p.cmd.Env = append(os.Environ(), envRole+"=server")
 	p.cmd.Stderr = os.Stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
