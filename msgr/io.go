@@ -649,8 +649,11 @@ type writeState struct {
 	mf    msgr2.MessageFrame
 	lossy bool
 
-	deferOK bool     // encode may defer data CRCs (the writes go through RawConn)
-	fix     []crcFix // deferred data CRCs, in iov order
+	deferOK bool // encode may defer data CRCs (the writes go through RawConn)
+	// Cork minus Uncork calls (write.go); here, where the two flags
+	// above leave room, so that Conn keeps its allocation size class.
+	corks atomic.Int32
+	fix   []crcFix // deferred data CRCs, in iov order
 
 	// Progress through iov: pieces before pos are written, and skip
 	// bytes of iov[pos]; fixes before fi are patched.
@@ -671,6 +674,7 @@ type writeState struct {
 	one    []byte // or the one buffer to write
 	vfn    func(uintptr) bool
 	vblock bool // wait for the socket (writer) rather than give up (inline)
+	hold   bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
 	vn     int
 	verr   error
 
@@ -685,8 +689,6 @@ type writeState struct {
 	// one of them sees the other and the output is not stranded.
 	rd      atomic.Bool
 	pending atomic.Bool
-	corks   atomic.Int32 // Cork minus Uncork calls (write.go)
-	hold    bool         // the reader goroutine keeps rd set between frames (holdLocalSends); its own
 }
 
 // crcFix is a data CRC that encode left as zero in an epilogue: once
