@@ -208,6 +208,11 @@ func grow(b []byte, n int) (ext, tail []byte) {
 	return b, b[l:]
 }
 
+// controlReserve is the payload and epilogue room AppendControlFrame
+// makes with the preamble's: a KEEPALIVE2 or its ack and its CRC, or an
+// ACK, fit.
+const controlReserve = 32
+
 func (p *Preamble) put(w *[PreambleLen]byte) {
 	*w = [PreambleLen]byte{}
 	w[0] = byte(p.Tag)
@@ -519,6 +524,11 @@ type ControlFrame interface {
 // f, encoding the payload in place (no intermediate buffer).
 func AppendControlFrame(b []byte, rev1 bool, f ControlFrame) []byte {
 	start := len(b)
+	// Room for the preamble, a small payload and its CRC at once: an
+	// idle connection's writer has given its buffer back (msgr's
+	// trimWriteState), and each keepalive would otherwise grow a new one
+	// three times.
+	b = slices.Grow(b, PreambleLen+controlReserve)
 	b, _ = grow(b, PreambleLen)
 	b = f.Append(b)
 	payload := b[start+PreambleLen:]
