@@ -608,14 +608,22 @@ func (m *Messenger) timerLoop() {
 	tick = max(tick, time.Millisecond)
 	t := m.cfg.Clock.NewTimer(tick)
 	defer t.Stop()
+	var conns []*Conn // reused from tick to tick
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
 		case now := <-t.C():
-			for _, c := range m.Conns() {
+			m.mu.Lock()
+			for c := range m.conns {
+				conns = append(conns, c)
+			}
+			m.mu.Unlock()
+			for _, c := range conns {
 				c.tick(now, iv, to)
 			}
+			clear(conns) // holds no closed connection until the next tick
+			conns = conns[:0]
 			t.Reset(tick)
 		}
 	}
