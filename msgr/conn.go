@@ -84,7 +84,7 @@ type Conn struct {
 	everReady  bool        // reached stateOpen at least once
 	lastKASent int64       // unix ns (Config.Clock) when we last queued a KEEPALIVE2
 
-	readyCh chan struct{} // closed when first open, or when closed
+	readyCh chan struct{} // closed when first open, or when closed; made by Ready
 
 	wake chan struct{} // pokes the writer, or a connection in standby
 	done chan struct{} // closed when the connection has closed
@@ -237,10 +237,18 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // Ready waits until the first handshake finished (nil) or the connection
 // closed (its error), or ctx ends.
 func (c *Conn) Ready(ctx context.Context) error {
-	select {
-	case <-c.readyCh:
-	case <-ctx.Done():
-		return ctx.Err()
+	c.mu.Lock()
+	if !c.readyClosed && c.readyCh == nil {
+		c.readyCh = make(chan struct{})
+	}
+	ch, ready := c.readyCh, c.readyClosed
+	c.mu.Unlock()
+	if !ready {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,6 +256,19 @@ func (c *Conn) Ready(ctx context.Context) error {
 		return nil
 	}
 	return &closedError{c.err}
+}
+
+// markReadyLocked releases the callers of Ready, once: the connection
+// is open for the first time, or closed. readyCh is made by the first
+// caller of Ready that has to wait, so that a connection nobody waits
+// for does not keep a channel for it. c.mu is held.
+func (c *Conn) markReadyLocked() {
+	if !c.readyClosed {
+		c.readyClosed = true
+		if c.readyCh != nil {
+			close(c.readyCh)
+		}
+	}
 }
 
 func (c *Conn) isClosed() bool {
@@ -391,10 +412,7 @@ func (c *Conn) close(reason error, notify bool) {
 	if c.dialCancel != nil {
 		c.dialCancel()
 	}
-	if !c.readyClosed {
-		c.readyClosed = true
-		close(c.readyCh)
-	}
+	c.markReadyLocked()
 	c.mu.Unlock()
 
 	c.cancel()

@@ -435,7 +435,6 @@ func (m *Messenger) newConn(outgoing bool, p Policy) *Conn {
 		outgoing: outgoing,
 		policy:   p,
 		wake:     make(chan struct{}, 1),
-		readyCh:  make(chan struct{}),
 		done:     make(chan struct{}),
 		state:    stateConnecting,
 	}

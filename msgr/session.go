@@ -714,10 +714,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 	c.state = stateOpen
 	c.everReady = true
 	c.lastKASent = m.cfg.Clock.Now().UnixNano()
-	if !c.readyClosed {
-		c.readyClosed = true
-		close(c.readyCh)
-	}
+	c.markReadyLocked()
 	c.mu.Unlock()
 	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	c.lastWrite.Store(c.lastRecv.Load())

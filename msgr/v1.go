@@ -557,10 +557,7 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	c.state = stateOpen
 	c.everReady = true
 	c.lastKASent = m.cfg.Clock.Now().UnixNano()
-	if !c.readyClosed {
-		c.readyClosed = true
-		close(c.readyCh)
-	}
+	c.markReadyLocked()
 	c.mu.Unlock()
 	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.log.Debug("msgr1 socket up", "conn", c.id, "outgoing", c.outgoing, "in_seq", c.inSeq.Load(),
