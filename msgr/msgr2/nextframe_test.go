@@ -53,3 +53,35 @@ func TestNextFrameLen(t *testing.T) {
 		t.Fatalf("keepalive frame: %d %v, want %d", n, ok, len(ka))
 	}
 }
+
+// FuzzNextFrameLen: on any bytes after the handshake NextFrameLen does
+// not panic, and what it measures is what Feed then reads: the preamble
+// it accepts, and a body of the rest of the length.
+func FuzzNextFrameLen(f *testing.F) {
+	c, _ := pair(nil, clientConfig(), serverConfig())
+	mf := MessageFrame{Header: Header2{Seq: 1, Type: 2}, Front: msg.Buffers{[]byte("x")}}
+	f.Add(mf.AppendTail(mf.AppendHead(nil, true), true))
+	f.Add(c.e.AppendKeepalive(nil, Stamp{1, 2}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, s := pair(t, clientConfig(), serverConfig())
+		run(t, c, s)
+		if err := s.e.Accept(7, 0, true); err != nil {
+			t.Fatal(err)
+		}
+		run(t, c, s)
+		n, ok := s.e.NextFrameLen(b)
+		if !ok {
+			return
+		}
+		if n < PreambleLen {
+			t.Fatalf("frame of %d bytes", n)
+		}
+		if _, err := s.e.Feed(append([]byte(nil), b[:PreambleLen]...)); err != nil {
+			t.Fatalf("NextFrameLen took a preamble Feed refuses: %v", err)
+		}
+		if need, _ := s.e.Need(); n > PreambleLen && need != n-PreambleLen {
+			t.Fatalf("NextFrameLen %d, Feed needs a body of %d", n, need)
+		}
+	})
+}
