@@ -1,7 +1,6 @@
 package msgr_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -87,28 +86,9 @@ func TestAwaitDepthFastDispatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			for i := range each {
-				m := msg.New(testType)
-				m.Header.Tid = uint64(i*workers + w)
-				if err := conn.Send(m); err != nil {
-					t.Error(err)
-					return
-				}
-				if ok, err := conn.Await(ctx, chans[w]); !ok {
-					t.Errorf("worker %d, request %d: %v", w, i, err)
-					return
-				}
-			}
-		}()
+	for _, err := range awaitWorkers(conn, chans[:], each) {
+		t.Error(err)
 	}
-	wg.Wait()
 }
 
 // fastFunc is a FastDispatcher taking every message of testType.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -235,31 +236,7 @@ func TestAwaitConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			for i := range each {
-				m := msg.New(testType)
-				m.Header.Tid = uint64(i*workers + w)
-				if err := conn.Send(m); err != nil {
-					errs <- err
-					return
-				}
-				if ok, err := conn.Await(ctx, chans[w]); !ok {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range awaitWorkers(conn, chans[:], each) {
 		t.Fatal(err)
 	}
 	for w := range workers {
@@ -334,4 +311,41 @@ func TestAwaitConnectionCloses(t *testing.T) {
 	if got, err := conn.Await(ctx, make(chan struct{})); got || !errors.Is(err, msgr.ErrClosed) {
 		t.Fatalf("Await on a closed connection = %v, %v; want false, ErrClosed", got, err)
 	}
+}
+
+// awaitWorkers runs one goroutine per channel of chans, each sending
+// each messages of testType on conn (worker w's tids are w, w+n, w+2n...
+// for n workers) and awaiting, after each, the signal its dispatcher
+// gives on chans[w]. It returns the workers' errors once all have ended.
+func awaitWorkers(conn *msgr.Conn, chans []chan struct{}, each int) []error {
+	workers := len(chans)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range each {
+				m := msg.New(testType)
+				m.Header.Tid = uint64(i*workers + w)
+				if err := conn.Send(m); err != nil {
+					errs <- fmt.Errorf("worker %d, request %d: send: %w", w, i, err)
+					return
+				}
+				if ok, err := conn.Await(ctx, chans[w]); !ok {
+					errs <- fmt.Errorf("worker %d, request %d: await: %v", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return all
 }
