@@ -47,8 +47,7 @@ type Conn struct {
 	targetKey string         // key in Messenger.outgoing
 	regKey    string         // key in Messenger.sessions
 
-	ctx    context.Context // cancelled when the connection closes
-	cancel context.CancelFunc
+	ctx context.Context // connCtx: done when the connection closes
 
 	mu          sync.Mutex
 	policy      Policy
@@ -415,8 +414,7 @@ func (c *Conn) close(reason error, notify bool) {
 	c.markReadyLocked()
 	c.mu.Unlock()
 
-	c.cancel()
-	close(c.done)
+	close(c.done) // ends c.ctx too
 	if r != nil {
 		r.fail(reason)
 	}

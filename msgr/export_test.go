@@ -1,6 +1,9 @@
 package msgr
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetParkAfter changes how long a connection idles before its reader
 // gives its read buffer back, for tests; it returns a function restoring
@@ -39,3 +42,6 @@ func (c *Conn) Queued() int {
 	defer c.mu.Unlock()
 	return c.outq.n
 }
+
+// WaitContext is the context c's own waits use (connCtx), for tests.
+func (c *Conn) WaitContext() context.Context { return c.ctx }

@@ -438,7 +438,7 @@ func (m *Messenger) newConn(outgoing bool, p Policy) *Conn {
 		done:     make(chan struct{}),
 		state:    stateConnecting,
 	}
-	c.ctx, c.cancel = context.WithCancel(m.ctx)
+	c.ctx = connCtx{c}
 	c.outq.b = &m.budget
 	c.lastRecv.Store(m.cfg.Clock.Now().UnixNano())
 	m.conns[c] = struct{}{}

@@ -173,11 +173,12 @@ func (c *Conn) sleep(d time.Duration) bool {
 // was established and has since failed, or the error that prevented it.
 func (c *Conn) connectOnce() error {
 	m := c.m
-	// The dial's context is the messenger's, not c.ctx: a child of c.ctx
-	// would leave c.ctx holding a map of children (and its Done channel)
-	// for the life of the connection, 370 bytes of every idle outgoing
-	// connection. close() cancels the dial through dialCancel instead.
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.HandshakeTimeout)
+	// The dial's context derives from no other: close() cancels it
+	// through dialCancel, and Shutdown closes every connection. A child
+	// of c.ctx or of the messenger's context would leave its parent a map
+	// of children that outlives the dial (about 250 bytes per messenger,
+	// 370 per connection for c.ctx's, with its Done channel).
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.HandshakeTimeout)
 	c.mu.Lock()
 	if c.state == stateClosed {
 		c.mu.Unlock()
