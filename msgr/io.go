@@ -646,7 +646,6 @@ type writeState struct {
 	wbuf  []byte
 	iov   net.Buffers // the batch: pieces of wbuf and large data buffers
 	batch []*msg.Message
-	mf    msgr2.MessageFrame
 	lossy bool
 
 	deferOK bool // encode may defer data CRCs (the writes go through RawConn)
@@ -798,10 +797,11 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	if ack && len(w.batch) == 0 {
 		w.wbuf = e.AppendAck(w.wbuf, inSeq)
 	}
+	var mf msgr2.MessageFrame // on the stack: not kept in writeState (its 200 bytes were every idle Conn's)
 	for _, mm := range w.batch {
 		mm.Header.AckSeq = inSeq
 		h := &mm.Header
-		w.mf = msgr2.MessageFrame{
+		mf = msgr2.MessageFrame{
 			Header: msgr2.Header2{
 				Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
 				Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
@@ -809,30 +809,30 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			},
 			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
 		}
-		w.mf.DataCRC, w.mf.DataCRCSet = mm.DataCRCAhead()
+		mf.DataCRC, mf.DataCRCSet = mm.DataCRCAhead()
 		if !e.DataCRC() {
-			w.mf.DataCRC, w.mf.DataCRCSet = 0, true // FeatureNoDataCRC
+			mf.DataCRC, mf.DataCRCSet = 0, true // FeatureNoDataCRC
 		}
 		deferCRC := false
 		fused, big := false, 0
-		if !w.mf.DataCRCSet && c.run != nil && c.run.cw != nil {
+		if !mf.DataCRCSet && c.run != nil && c.run.cw != nil {
 			big, fused = fusedCRC(mm.Data)
 		}
 		if fused {
 			// Checksummed as it is copied out (writeFused).
-			w.mf.DataCRC, w.mf.DataCRCSet = 0, true
+			mf.DataCRC, mf.DataCRCSet = 0, true
 		}
-		if w.deferOK && !w.mf.DataCRCSet {
+		if w.deferOK && !mf.DataCRCSet {
 			for _, p := range mm.Data {
 				if len(p) >= copyMax {
 					// Written from its own buffer: CRC it once written.
 					deferCRC = true
-					w.mf.DataCRC, w.mf.DataCRCSet = 0, true
+					mf.DataCRC, mf.DataCRCSet = 0, true
 					break
 				}
 			}
 		}
-		w.wbuf = w.mf.AppendHead(w.wbuf, rev1)
+		w.wbuf = mf.AppendHead(w.wbuf, rev1)
 		first := -1
 		for _, p := range mm.Data {
 			if len(p) < copyMax {
@@ -847,7 +847,7 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 			}
 			w.iov = append(w.iov, p)
 		}
-		w.wbuf = w.mf.AppendTail(w.wbuf, rev1)
+		w.wbuf = mf.AppendTail(w.wbuf, rev1)
 		if fused {
 			w.fix = append(w.fix, crcFix{data: mm.Data, first: first, after: len(w.iov) - 1, piece: -1, pos: len(w.wbuf) - 4,
 				fused: true, crc0: mm.Data[:big].CRC(msgr2.SegmentCRCInit)})
@@ -885,18 +885,19 @@ func (w *writeState) encodeSecure(c *Conn, e *msgr2.Engine, ka, kaAck bool, stam
 	if ack && len(w.batch) == 0 {
 		seal(msgr2.Ack{Seq: inSeq})
 	}
+	var hdr msgr2.Header2
 	for _, mm := range w.batch {
 		if err != nil {
 			break
 		}
 		mm.Header.AckSeq = inSeq
 		h := &mm.Header
-		w.mf.Header = msgr2.Header2{
+		hdr = msgr2.Header2{
 			Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
 			Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
 			Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
 		}
-		w.wbuf, err = e.AppendMessage(w.wbuf, &w.mf.Header, mm.Front, mm.Middle, mm.Data)
+		w.wbuf, err = e.AppendMessage(w.wbuf, &hdr, mm.Front, mm.Middle, mm.Data)
 	}
 	w.iov = append(w.iov, w.wbuf)
 	return err
