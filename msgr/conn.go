@@ -37,15 +37,18 @@ func (s connState) String() string {
 // Messages sent on a Conn leave highest priority first, FIFO within a
 // priority. All methods are safe for concurrent use.
 type Conn struct {
-	m        *Messenger
-	id       uint64
-	outgoing bool
-	faulted  atomic.Bool // Fault: what was received and not yet dispatched is dropped
+	m       *Messenger
+	id      uint64
+	faulted atomic.Bool // Fault: what was received and not yet dispatched is dropped
+	// liftLimits: Authenticated was called; the msgr1 reader restores
+	// the messenger's limits. (Fields are ordered to leave no padding:
+	// TestConnSizeClass.)
+	liftLimits atomic.Bool
 
-	target    transport.Addr // outgoing: where to dial
-	targetEA  msg.EntityAddr // outgoing: the peer's address, when given in Ceph form
-	targetKey string         // key in Messenger.outgoing
-	regKey    string         // key in Messenger.sessions
+	target    transport.Addr  // outgoing: where to dial
+	targetEA  *msg.EntityAddr // outgoing: the peer's address, when given in Ceph form (targetAddr)
+	targetKey string          // key in Messenger.outgoing
+	regKey    string          // key in Messenger.sessions
 
 	ctx context.Context // connCtx: done when the connection closes
 
@@ -54,10 +57,11 @@ type Conn struct {
 	err         error // why the connection closed
 	run         *socketRun
 	state       connState
-	replacing   bool       // a new socket is taking over
-	owner       uint8      // who holds the write side (ownNone, ownWriter, ...)
-	dialer      bool       // an accepted session that now reconnects by itself (runOutgoing runs)
-	readyClosed bool       // readyCh is closed
+	replacing   bool  // a new socket is taking over
+	owner       uint8 // who holds the write side (ownNone, ownWriter, ...)
+	dialer      bool  // an accepted session that now reconnects by itself (runOutgoing runs)
+	readyClosed bool  // readyCh is closed
+	outgoing    bool
 	hsConn      net.Conn   // outgoing: the socket of a handshake in progress
 	dialCancel  func()     // outgoing: cancels the dial in progress
 	ws          writeState // the write side's buffers, used by its owner
@@ -99,10 +103,6 @@ type Conn struct {
 	lastWrite        atomic.Int64 // unix ns (Config.Clock) of the last write that made progress, or of a Send to an empty queue
 
 	priv atomic.Value
-
-	// liftLimits: Authenticated was called; the msgr1 reader restores
-	// the messenger's limits.
-	liftLimits atomic.Bool
 }
 
 // ID returns the connection's id, unique within its messenger.
@@ -518,7 +518,7 @@ func (c *Conn) socketFailed(r *socketRun, err error) {
 		// too, as Ceph's does, when the peer listens somewhere.
 		if a, ok := c.peerAddrs.Msgr2(); ok && a.IP.IsValid() && a.IP.Port() != 0 {
 			if ta, err := transport.ParseAddr(a.String()); err == nil {
-				c.dialer, c.target, c.targetEA = true, ta, a
+				c.dialer, c.target, c.targetEA = true, ta, &a
 				startDialer = true
 			}
 		}
@@ -653,7 +653,16 @@ func (c *Conn) sessionState(myAddr msg.EntityAddr) msgr2.SessionState {
 		st.PeerAddr = a
 	} else {
 		// Still connecting: the address we dial is the peer's.
-		st.PeerAddr = c.targetEA
+		st.PeerAddr = c.targetAddr()
 	}
 	return st
+}
+
+// targetAddr is the peer's address an outgoing connection was given in
+// Ceph form, or the zero address; it is set before the connection dials.
+func (c *Conn) targetAddr() msg.EntityAddr {
+	if c.targetEA == nil {
+		return msg.EntityAddr{}
+	}
+	return *c.targetEA
 }

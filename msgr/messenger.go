@@ -346,7 +346,7 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 	if ea, err := msg.ParseEntityAddr(addr); err == nil && !ea.IsZero() && ta.Scheme == "tcp" && ea.Nonce == ta.Nonce {
 		// Known in advance under the peer's address, so that a connection
 		// race with the same peer finds this session.
-		c.targetEA = ea
+		c.targetEA = &ea
 		if k := ea.String(); m.sessions[k] == nil {
 			m.sessions[k] = c
 			c.regKey = k

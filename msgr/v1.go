@@ -91,7 +91,7 @@ func (m *Messenger) myLegacyAddr() msg.EntityAddr {
 func (c *Conn) v1Target() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.targetEA.Type == msg.AddrLegacy
+	return c.targetAddr().Type == msg.AddrLegacy
 }
 
 func newRunV1(nc net.Conn, e *msgr1.Engine) *socketRun {
@@ -123,7 +123,7 @@ func (c *Conn) connectOnceV1(nc net.Conn) error {
 		// of unknown type is taken for a mon (ferry ping's).
 		peerType = msg.EntityMon
 	}
-	target := c.targetEA
+	target := c.targetAddr()
 	cfg := msgr1.Config{
 		Role:      msgr1.Client,
 		MyName:    m.cfg.Name,
@@ -399,7 +399,7 @@ func (c *Conn) sessionStateV1(myAddr msg.EntityAddr) msgr1.SessionState {
 	if a, ok := c.peerAddrs.Legacy(); ok {
 		st.PeerAddr = a
 	} else {
-		st.PeerAddr = c.targetEA
+		st.PeerAddr = c.targetAddr()
 	}
 	return st
 }
