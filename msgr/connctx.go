@@ -35,5 +35,6 @@ func (x connCtx) Err() error {
 	}
 }
 
-// Value is the messenger's context's.
-func (x connCtx) Value(key any) any { return x.c.m.ctx.Value(key) }
+// Value is nil: the messenger's context, its parent in spirit, carries
+// no values either.
+func (connCtx) Value(any) any { return nil }

@@ -800,15 +800,7 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	var mf msgr2.MessageFrame // on the stack: not kept in writeState (its 200 bytes were every idle Conn's)
 	for _, mm := range w.batch {
 		mm.Header.AckSeq = inSeq
-		h := &mm.Header
-		mf = msgr2.MessageFrame{
-			Header: msgr2.Header2{
-				Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
-				Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
-				Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
-			},
-			Front: mm.Front, Middle: mm.Middle, Data: mm.Data,
-		}
+		mf = msgr2.MessageFrame{Header: header2(&mm.Header, inSeq), Front: mm.Front, Middle: mm.Middle, Data: mm.Data}
 		mf.DataCRC, mf.DataCRCSet = mm.DataCRCAhead()
 		if !e.DataCRC() {
 			mf.DataCRC, mf.DataCRCSet = 0, true // FeatureNoDataCRC
@@ -862,6 +854,16 @@ func (w *writeState) encode(c *Conn, e *msgr2.Engine, ka, kaAck bool, stamp msgr
 	}
 }
 
+// header2 is the msgr2 header of a message with header h, acknowledging
+// inSeq.
+func header2(h *msg.Header, inSeq uint64) msgr2.Header2 {
+	return msgr2.Header2{
+		Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
+		Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
+		Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
+	}
+}
+
 // encodeSecure is encode in secure mode: every frame is sealed into
 // w.wbuf, in the order it goes on the wire (each takes the next nonces),
 // the data copied once into wbuf and encrypted there. It runs under the
@@ -891,12 +893,7 @@ func (w *writeState) encodeSecure(c *Conn, e *msgr2.Engine, ka, kaAck bool, stam
 			break
 		}
 		mm.Header.AckSeq = inSeq
-		h := &mm.Header
-		hdr = msgr2.Header2{
-			Seq: h.Seq, Tid: h.Tid, Type: h.Type, Priority: uint16(h.Priority),
-			Version: h.Version, DataOff: h.DataOff, AckSeq: inSeq,
-			Flags: msg.FooterComplete | msg.FooterNoCRC, CompatVersion: h.CompatVersion,
-		}
+		hdr = header2(&mm.Header, inSeq)
 		w.wbuf, err = e.AppendMessage(w.wbuf, &hdr, mm.Front, mm.Middle, mm.Data)
 	}
 	w.iov = append(w.iov, w.wbuf)
