@@ -17,7 +17,10 @@
 // computed at start-up from P (see consts), not copied from a table.
 package crc32c
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"unsafe"
+)
 
 var table = crc32.MakeTable(crc32.Castagnoli)
 
@@ -49,6 +52,28 @@ func CopyUpdate(crc uint32, dst, src []byte) (int, uint32) {
 	crc = ^foldCopy(^crc, dst[:k], src[:k])
 	copy(dst[k:n], src[k:n])
 	return n, crc32.Update(crc, table, src[k:n])
+}
+
+// streamMin is the length from which CopyUpdateStream streams.
+const streamMin = 4096
+
+// CopyUpdateStream is CopyUpdate with non-temporal stores for the
+// 64-byte-aligned middle of dst: its lines are written to memory without
+// first being read into this core's cache (see internal/streamcopy for
+// when that pays). The stores are fenced before it returns. Buffers
+// shorter than 4 KiB, and every buffer on machines without the fold, are
+// copied as CopyUpdate copies them.
+func CopyUpdateStream(crc uint32, dst, src []byte) (int, uint32) {
+	n := min(len(dst), len(src))
+	if !useFold || n < streamMin {
+		return CopyUpdate(crc, dst, src)
+	}
+	a := int(-uintptr(unsafe.Pointer(unsafe.SliceData(dst))) & 63)
+	_, crc = CopyUpdate(crc, dst[:a], src[:a])
+	k := (n - a) &^ 255
+	crc = ^foldCopyStream(^crc, dst[a:a+k], src[a:a+k])
+	_, crc = CopyUpdate(crc, dst[a+k:n], src[a+k:n])
+	return n, crc
 }
 
 // Checksum returns the crc32c of p.

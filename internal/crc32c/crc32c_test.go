@@ -1,6 +1,7 @@
 package crc32c
 
 import (
+	"bytes"
 	"hash/crc32"
 	"math/rand/v2"
 	"strconv"
@@ -116,16 +117,39 @@ func itoa(n int) string {
 // TestCopyUpdate checks that CopyUpdate copies exactly min(len(dst),
 // len(src)) bytes, leaves the rest of dst alone and returns Update's CRC,
 // for lengths around the fold's block sizes at every alignment.
-func TestCopyUpdate(t *testing.T) {
+func TestCopyUpdate(t *testing.T) { testCopyUpdate(t, CopyUpdate) }
+
+// TestCopyUpdateStream is TestCopyUpdate for the streaming variant, plus
+// every destination alignment within a cache line.
+func TestCopyUpdateStream(t *testing.T) {
+	testCopyUpdate(t, CopyUpdateStream)
+	src := make([]byte, 9000)
+	for i := range src {
+		src[i] = byte(i*31 + i>>8)
+	}
+	dst := make([]byte, len(src)+64)
+	for do := range 64 {
+		clear(dst)
+		n, crc := CopyUpdateStream(7, dst[do:do+len(src)], src)
+		if n != len(src) || crc != crc32.Update(7, table, src) || !bytes.Equal(dst[do:do+n], src) {
+			t.Fatalf("dst offset %d: n %d, crc %#08x", do, n, crc)
+		}
+	}
+}
+
+// testCopyUpdate checks f's copy and CRC against copy and crc32.Update
+// over lengths around the fold's and the stream's blocks, at random
+// alignments.
+func testCopyUpdate(t *testing.T, f func(uint32, []byte, []byte) (int, uint32)) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	src := make([]byte, 1<<20+64)
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
 	dst := make([]byte, len(src)+64)
-	lens := []int{0, 1, 255, 256, 511, 512, 513, 767, 768, 1000, 4096, 65536 + 17, 1 << 20}
+	lens := []int{0, 1, 255, 256, 511, 512, 513, 767, 768, 1000, 4095, 4096, 4097, 4096 + 300, 65536 + 17, 1 << 20}
 	for _, n := range lens {
-		for _, extra := range []int{0, 5} {
+		for _, extra := range []int{0, 5, 0, 0} {
 			so, do := rng.IntN(64), rng.IntN(64)
 			for i := range dst {
 				dst[i] = 0xA5
@@ -137,7 +161,7 @@ func TestCopyUpdate(t *testing.T) {
 				s = src[so : so+n]
 				d = dst[do : do+n]
 			}
-			got, crc := CopyUpdate(seed, d, s)
+			got, crc := f(seed, d, s)
 			if got != n {
 				t.Fatalf("len %d: copied %d", n, got)
 			}
@@ -154,7 +178,7 @@ func TestCopyUpdate(t *testing.T) {
 	}
 	// A shorter dst bounds the copy and the CRC.
 	d := make([]byte, 700)
-	n, crc := CopyUpdate(0, d, src[:1000])
+	n, crc := f(0, d, src[:1000])
 	if n != 700 || crc != crc32.Update(0, table, src[:700]) {
 		t.Fatalf("short dst: n %d crc %#08x", n, crc)
 	}

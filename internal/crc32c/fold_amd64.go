@@ -31,3 +31,13 @@ func foldCopyAVX512(seed uint32, dst, src *byte, n int, k *[16]uint64) uint32
 func foldCopy(seed uint32, dst, src []byte) uint32 {
 	return foldCopyAVX512(seed, &dst[0], &src[0], len(src), &consts)
 }
+
+// foldCopyStreamAVX512 is foldCopyAVX512 with non-temporal stores; dst
+// is 64-byte aligned.
+//
+//go:noescape
+func foldCopyStreamAVX512(seed uint32, dst, src *byte, n int, k *[16]uint64) uint32
+
+func foldCopyStream(seed uint32, dst, src []byte) uint32 {
+	return foldCopyStreamAVX512(seed, &dst[0], &src[0], len(src), &consts)
+}

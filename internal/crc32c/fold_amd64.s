@@ -135,3 +135,51 @@ creduce:
 	REDUCE
 	MOVL       CX, ret+40(FP)
 	RET
+
+// func foldCopyStreamAVX512(seed uint32, dst, src *byte, n int, k *[16]uint64) uint32
+//
+// foldCopyAVX512 with non-temporal stores (dst 64-byte aligned), fenced
+// before it returns (see CopyUpdateStream).
+TEXT ·foldCopyStreamAVX512(SB), NOSPLIT, $0-44
+	MOVL seed+0(FP), AX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ k+32(FP), DX
+
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVNTDQ Z0, 0(DI)
+	VMOVNTDQ Z1, 64(DI)
+	VMOVNTDQ Z2, 128(DI)
+	VMOVNTDQ Z3, 192(DI)
+	VMOVQ     AX, X9
+	VPXORQ    Z9, Z0, Z0
+	VBROADCASTI32X4 0(DX), Z8
+	ADDQ      $256, SI
+	ADDQ      $256, DI
+	SUBQ      $256, CX
+	JZ        sreduce
+
+sloop:
+	VMOVDQU64  0(SI), Z10
+	VMOVDQU64  64(SI), Z11
+	VMOVDQU64  128(SI), Z12
+	VMOVDQU64  192(SI), Z13
+	VMOVNTDQ  Z10, 0(DI)
+	VMOVNTDQ  Z11, 64(DI)
+	VMOVNTDQ  Z12, 128(DI)
+	VMOVNTDQ  Z13, 192(DI)
+	FOLD256
+	ADDQ       $256, SI
+	ADDQ       $256, DI
+	SUBQ       $256, CX
+	JNZ        sloop
+
+sreduce:
+	SFENCE
+	REDUCE
+	MOVL       CX, ret+40(FP)
+	RET

@@ -9,3 +9,7 @@ func fold(seed uint32, p []byte) uint32 { panic("crc32c: no folding on this arch
 func foldCopy(seed uint32, dst, src []byte) uint32 {
 	panic("crc32c: no folding on this architecture")
 }
+
+func foldCopyStream(seed uint32, dst, src []byte) uint32 {
+	panic("crc32c: no folding on this architecture")
+}

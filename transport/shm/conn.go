@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ferrymsg/ferry/internal/crc32c"
+	"github.com/ferrymsg/ferry/internal/streamcopy"
 	"github.com/ferrymsg/ferry/transport"
 )
 
@@ -358,6 +359,17 @@ func (c *Conn) adaptRead(w time.Duration) {
 // than after, and a sleeping peer's wake-up overlaps the copy.
 const copyChunk = 64 << 10
 
+// streamMin is the size from which put copies a chunk into the ring with
+// non-temporal stores (internal/streamcopy). The ring lines a writer
+// fills were last read by the peer's core, and an ordinary store into
+// them waits for that core to give each line up: a 1 MiB message took
+// 146-192 µs to copy in that way on the development machine, and 26-33
+// µs streamed, while the reader's copy out of memory cost it no more than
+// its copy out of the writer's cache had (ferry ping 1 MiB over shm,
+// interleaved, cubic: 3734 → 4861 round trips/s, medians of 5). Smaller
+// writes stay in the cache, where a waiting reader finds them soonest.
+const streamMin = 32 << 10
+
 func (c *Conn) readable() bool {
 	return c.inHead.Load() != c.inTail.Load() || c.peerClosed.Load() != 0
 }
@@ -595,7 +607,8 @@ func (c *Conn) writeErr() error {
 
 // put copies as much of p as fits into the ring and publishes it, a
 // copyChunk at a time, waking the peer if it waits for bytes. With
-// withCRC it folds the bytes' CRC into crc as it copies them.
+// withCRC it folds the bytes' CRC into crc as it copies them. Chunks of
+// streamMin bytes or more are stored past the cache (streamcopy).
 func (c *Conn) put(p []byte, crc uint32, withCRC bool) (int, uint32, error) {
 	head := c.outHead.Load()
 	used := head - c.outTail.Load()
@@ -610,10 +623,17 @@ func (c *Conn) put(p []byte, crc uint32, withCRC bool) (int, uint32, error) {
 		k := min(n-done, copyChunk)
 		off := (head + done) & c.mask
 		src := p[done : done+k]
-		if withCRC {
+		switch {
+		case withCRC && k >= streamMin:
+			m, x := crc32c.CopyUpdateStream(crc, c.out[off:], src)
+			_, crc = crc32c.CopyUpdateStream(x, c.out, src[m:])
+		case withCRC:
 			m, x := crc32c.CopyUpdate(crc, c.out[off:], src)
 			_, crc = crc32c.CopyUpdate(x, c.out, src[m:])
-		} else {
+		case k >= streamMin:
+			m := streamcopy.Copy(c.out[off:], src)
+			streamcopy.Copy(c.out, src[m:])
+		default:
 			m := copy(c.out[off:], src)
 			copy(c.out, src[m:])
 		}
