@@ -310,11 +310,8 @@ func (c *Conn) poll(dl int64) {
 // it when it woke it; a spin that does not yield the thread then delays
 // what it waits for by its whole length (1 MiB round trip over shm in one
 // process, 2 vCPUs shared with other work, 3 rounds: 345-425 us without,
-// 141-255 us with). Every 1024th poll also yields to the process's other
-// goroutines (runtime.Gosched). Not more often: each Gosched with a P
-// idle wakes a thread to run the goroutine it queued, which then finds
-// nothing to do and sleeps again, two futex calls; yielding every 64th
-// poll so cost a fifth of both processes' CPU in a 1 MiB ping over shm.
+// 141-255 us with). Every spin.gosched-th poll also yields to the
+// process's other goroutines (runtime.Gosched; see goschedPolls).
 func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration, g uint64) bool {
 	for i := 0; ; i++ {
 		if ready() {
@@ -324,7 +321,7 @@ func (c *Conn) spinUntil(ready func() bool, from int64, d time.Duration, g uint6
 			if c.gen.Load() != g || i >= c.spin.polls && (d <= 0 || time.Now().UnixNano()-from >= int64(d)) {
 				return false
 			}
-			if i%1024 == 1023 {
+			if i%c.spin.gosched == c.spin.gosched-1 {
 				runtime.Gosched()
 			}
 			osYield()
