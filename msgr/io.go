@@ -168,6 +168,10 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		}
 	}
 	br := fr.br // waitFrame may have given it back and taken another
+	// The whole frame is buffered: reading it is a copy, and the stamp
+	// taken before it also says when it was fully read (one clock
+	// reading fewer per message; a reading costs 60-150 ns here).
+	whole := br.Buffered() >= n
 	var buf []byte
 	var held int64 // throttle budget taken for this frame
 	var recvStamp, throttleStamp time.Time
@@ -222,7 +226,10 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		m.met.framesReceived(f - fr.framesIn)
 		fr.framesIn = f
 	}
-	now := m.cfg.Clock.Now()
+	now := throttleStamp // recvStamp, or when the throttle let the frame in
+	if !retain || !whole {
+		now = m.cfg.Clock.Now()
+	}
 	c.lastRecv.Store(now.UnixNano())
 	fr.lastFrame, fr.read = now.UnixNano(), true
 	for i := range evs {
