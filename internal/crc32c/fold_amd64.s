@@ -50,6 +50,46 @@
 	CRC32Q     AX, CX; \
 	CRC32Q     BX, CX;
 
+// FOLDCOPY is foldAVX512's loop over src (SI) that also stores each
+// 64-byte block it loads to dst (DI) with the instruction STORE; LOOP and
+// DONE name its loop and the label after it, where the remainder is left
+// in Z0..Z3 for REDUCE.
+#define FOLDCOPY(STORE, LOOP, DONE) \
+	MOVL seed+0(FP), AX; \
+	MOVQ dst+8(FP), DI; \
+	MOVQ src+16(FP), SI; \
+	MOVQ n+24(FP), CX; \
+	MOVQ k+32(FP), DX; \
+	VMOVDQU64 0(SI), Z0; \
+	VMOVDQU64 64(SI), Z1; \
+	VMOVDQU64 128(SI), Z2; \
+	VMOVDQU64 192(SI), Z3; \
+	STORE Z0, 0(DI); \
+	STORE Z1, 64(DI); \
+	STORE Z2, 128(DI); \
+	STORE Z3, 192(DI); \
+	VMOVQ AX, X9; \
+	VPXORQ Z9, Z0, Z0; \
+	VBROADCASTI32X4 0(DX), Z8; \
+	ADDQ $256, SI; \
+	ADDQ $256, DI; \
+	SUBQ $256, CX; \
+	JZ DONE; \
+LOOP: \
+	VMOVDQU64 0(SI), Z10; \
+	VMOVDQU64 64(SI), Z11; \
+	VMOVDQU64 128(SI), Z12; \
+	VMOVDQU64 192(SI), Z13; \
+	STORE Z10, 0(DI); \
+	STORE Z11, 64(DI); \
+	STORE Z12, 128(DI); \
+	STORE Z13, 192(DI); \
+	FOLD256 \
+	ADDQ $256, SI; \
+	ADDQ $256, DI; \
+	SUBQ $256, CX; \
+	JNZ LOOP
+
 // func foldAVX512(seed uint32, p *byte, n int, k *[16]uint64) uint32
 //
 // Z0..Z3 hold 256 bytes of running remainder (16 lanes of 128 bits); each
@@ -94,92 +134,22 @@ reduce:
 // foldAVX512 over src that also stores each 64-byte block it loads to
 // dst: the copy and the CRC share one pass over the source.
 TEXT ·foldCopyAVX512(SB), NOSPLIT, $0-44
-	MOVL seed+0(FP), AX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ k+32(FP), DX
-
-	VMOVDQU64 0(SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VMOVDQU64 Z0, 0(DI)
-	VMOVDQU64 Z1, 64(DI)
-	VMOVDQU64 Z2, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	VMOVQ     AX, X9
-	VPXORQ    Z9, Z0, Z0
-	VBROADCASTI32X4 0(DX), Z8
-	ADDQ      $256, SI
-	ADDQ      $256, DI
-	SUBQ      $256, CX
-	JZ        creduce
-
-cloop:
-	VMOVDQU64  0(SI), Z10
-	VMOVDQU64  64(SI), Z11
-	VMOVDQU64  128(SI), Z12
-	VMOVDQU64  192(SI), Z13
-	VMOVDQU64  Z10, 0(DI)
-	VMOVDQU64  Z11, 64(DI)
-	VMOVDQU64  Z12, 128(DI)
-	VMOVDQU64  Z13, 192(DI)
-	FOLD256
-	ADDQ       $256, SI
-	ADDQ       $256, DI
-	SUBQ       $256, CX
-	JNZ        cloop
+	FOLDCOPY(VMOVDQU64, cloop, creduce)
 
 creduce:
 	REDUCE
-	MOVL       CX, ret+40(FP)
+	MOVL CX, ret+40(FP)
 	RET
 
 // func foldCopyStreamAVX512(seed uint32, dst, src *byte, n int, k *[16]uint64) uint32
 //
 // foldCopyAVX512 with non-temporal stores (dst 64-byte aligned), fenced
-// before it returns (see CopyUpdateStream).
+// before the result is computed (see CopyUpdateStream).
 TEXT ·foldCopyStreamAVX512(SB), NOSPLIT, $0-44
-	MOVL seed+0(FP), AX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ k+32(FP), DX
-
-	VMOVDQU64 0(SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VMOVNTDQ Z0, 0(DI)
-	VMOVNTDQ Z1, 64(DI)
-	VMOVNTDQ Z2, 128(DI)
-	VMOVNTDQ Z3, 192(DI)
-	VMOVQ     AX, X9
-	VPXORQ    Z9, Z0, Z0
-	VBROADCASTI32X4 0(DX), Z8
-	ADDQ      $256, SI
-	ADDQ      $256, DI
-	SUBQ      $256, CX
-	JZ        sreduce
-
-sloop:
-	VMOVDQU64  0(SI), Z10
-	VMOVDQU64  64(SI), Z11
-	VMOVDQU64  128(SI), Z12
-	VMOVDQU64  192(SI), Z13
-	VMOVNTDQ  Z10, 0(DI)
-	VMOVNTDQ  Z11, 64(DI)
-	VMOVNTDQ  Z12, 128(DI)
-	VMOVNTDQ  Z13, 192(DI)
-	FOLD256
-	ADDQ       $256, SI
-	ADDQ       $256, DI
-	SUBQ       $256, CX
-	JNZ        sloop
+	FOLDCOPY(VMOVNTDQ, sloop, sreduce)
 
 sreduce:
 	SFENCE
 	REDUCE
-	MOVL       CX, ret+40(FP)
+	MOVL CX, ret+40(FP)
 	RET
