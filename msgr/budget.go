@@ -147,17 +147,30 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 // the last write that made progress or the Send that found the queue
 // empty, whichever is later. A peer that reads, however slowly, is never
 // closed so.
+// testHookSlowConsumerCheck, when set by a test, runs in
+// closeIfSlowConsumer between its first look at lastWrite and its look
+// at the queue.
+var testHookSlowConsumerCheck func()
+
 func (c *Conn) closeIfSlowConsumer(now time.Time, r *socketRun) bool {
 	sc := c.m.cfg.SlowConsumerTimeout
-	idle := now.UnixNano() - c.lastWrite.Load()
-	if sc <= 0 || idle <= int64(sc) {
+	if sc <= 0 || now.UnixNano()-c.lastWrite.Load() <= int64(sc) {
 		return false
 	}
 	paused := c.paused.Load()
+	if h := testHookSlowConsumerCheck; h != nil {
+		h()
+	}
 	c.mu.Lock()
 	queued, n := c.outq.bytes, c.outq.n
+	// Read again under mu: a Send to an empty queue stamps lastWrite in
+	// the same critical section as its push, so a message found queued
+	// here comes with its stamp. Read before the lock only, a Send
+	// between the two would make an idle connection that has just sent
+	// look stalled since its last write, however long ago.
+	idle := now.UnixNano() - c.lastWrite.Load()
 	c.mu.Unlock()
-	if !paused && n == 0 {
+	if idle <= int64(sc) || !paused && n == 0 {
 		return false
 	}
 	c.m.met.slowConsumer()
