@@ -375,7 +375,6 @@ func (c *Conn) writable() bool {
 	return c.outHead.Load()-c.outTail.Load() < c.size || c.peerClosed.Load() != 0
 }
 
-// expired reports whether the deadline dl has passed.
 // monoBase anchors monoNanos.
 var monoBase = time.Now()
 
@@ -385,6 +384,7 @@ var monoBase = time.Now()
 // more in the read path, where it ran twice per Read that waited).
 func monoNanos() int64 { return int64(time.Since(monoBase)) }
 
+// expired reports whether the deadline dl has passed.
 func expired(dl int64) bool { return dl != 0 && time.Now().UnixNano() >= dl }
 
 // Read reads bytes the peer wrote. It returns io.EOF once the peer closed

@@ -81,7 +81,9 @@ const (
 )
 
 // defaultSpin is the number of polls of the shared indices before a Read
-// or Write sleeps: about 15 µs on the development machine. Waking a
+// or Write sleeps: about 100 µs on the development machine, most of it
+// in the sched_yield(2) of every 64th poll (1.5-1.8 µs each in that
+// paravirtualized guest; 15 µs when system calls were cheaper). Waking a
 // sleeping peer through its eventfd and the netpoller costs tens of
 // microseconds there; a spin this long keeps a busy two-process round
 // trip off that path (64 B: about 5 µs with it, 130 µs with 1/16 of it).
@@ -113,8 +115,9 @@ type Options struct {
 	RingSize int
 	// Spin is how many times Read and Write poll the ring before they
 	// sleep on the eventfd; a poll takes a few nanoseconds, and every
-	// 64th yields the processor. Zero means the default (4096, about
-	// 15 µs); a negative value sleeps at once, and turns MaxSpin off.
+	// 64th yields the processor (a system call). Zero means the default
+	// (4096, about 100 µs on the development machine); a negative value
+	// sleeps at once, and turns MaxSpin off.
 	Spin int
 	// MaxSpin bounds the adaptive spin of Read: after a wait for bytes
 	// that ended within MaxSpin, the next wait polls for up to twice as
@@ -166,10 +169,11 @@ type spinning struct {
 }
 
 // goschedPolls returns how many polls a spin makes between Goscheds:
-// every 1024 (about 4 µs) with one P, where nothing else in the process
-// runs while a goroutine spins, and every 16384 (about 60 µs) with more,
-// where a goroutine readied meanwhile runs on another P and the Gosched
-// is only a backstop for when all are busy. Not often: each Gosched with
+// every 1024 (about 36 µs on the development machine) with one P, where
+// nothing else in the process runs while a goroutine spins, and every
+// 16384 (about 400 µs, longer than the adaptive read spin's default
+// bound) with more, where a goroutine readied meanwhile runs on another
+// P and the Gosched is only a backstop for when all are busy. Not often: each Gosched with
 // a P idle wakes a thread to run the goroutine it queued, which finds
 // nothing to do or takes the spinning goroutine itself to another
 // thread, and sleeps again: two futex calls, and a thread that competes
