@@ -3,6 +3,7 @@ package msgr
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -435,6 +436,7 @@ func (c *Conn) close(reason error, notify bool) {
 // reader and writer goroutines working on it.
 type socketRun struct {
 	nc  net.Conn
+	src io.Reader           // what the reader reads nc through (socketSource)
 	raw syscall.RawConn     // for non-blocking inline writes; nil if nc is not a socket
 	tw  transport.TryWriter // for inline writes when nc is not a socket but has them (shm); else nil
 	cw  transport.CRCWriter // checksums data as it copies it (shm); nil on sockets
@@ -475,7 +477,7 @@ func (r *socketRun) reason(err error) error {
 }
 
 func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
-	r := &socketRun{nc: nc, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &socketRun{nc: nc, src: socketSource(nc), e: e, stop: make(chan struct{}), done: make(chan struct{})}
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw

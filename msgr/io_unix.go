@@ -22,18 +22,46 @@ func makeIovec(p []byte) iovec {
 	return v
 }
 
-// writevFD is one writev(2) of iov on fd.
+// writevFD is one writev(2) of iov on fd (non-blocking: it never
+// sleeps), made as a raw system call (see rawSyscalls).
 func writevFD(fd uintptr, iov []iovec) (int, error) {
-	r, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov)))
-	if errno != 0 {
+	p, n := uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov))
+	var r uintptr
+	var errno syscall.Errno
+	for {
+		if rawSyscalls {
+			r, _, errno = unix.RawSyscall(unix.SYS_WRITEV, fd, p, n)
+		} else {
+			r, _, errno = unix.Syscall(unix.SYS_WRITEV, fd, p, n)
+		}
+		switch errno {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue // nothing was written
+		}
 		return 0, errno
 	}
-	return int(r), nil
 }
 
-// writeFD is one write(2) of p on fd, through package syscall, whose
-// race annotations order it before the peer's read.
-func writeFD(fd uintptr, p []byte) (int, error) { return syscall.Write(int(fd), p) }
+// writeFD is one write(2) of p on fd: a raw system call (rawSyscalls),
+// or, in race-detector builds, through package syscall, whose race
+// annotations order it before the peer's read.
+func writeFD(fd uintptr, p []byte) (int, error) {
+	if !rawSyscalls {
+		return syscall.Write(int(fd), p)
+	}
+	for {
+		r, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch errno {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue // nothing was written
+		}
+		return 0, errno
+	}
+}
 
 // setRcvLowat sets the socket's receive low-water mark.
 func setRcvLowat(fd uintptr, v int) {

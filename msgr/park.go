@@ -96,10 +96,10 @@ func (fr *frameReader) growReadBuf() {
 	small := fr.br
 	big := bigReadBufs.Get().(*bufio.Reader)
 	if n := small.Buffered(); n == 0 {
-		big.Reset(fr.r.nc)
+		big.Reset(fr.r.src)
 	} else {
 		held, _ := small.Peek(n)
-		big.Reset(&carryReader{held: held, r: fr.r.nc})
+		big.Reset(&carryReader{held: held, r: fr.r.src})
 		// One read of the carryReader moves all of it (n is less than the
 		// large buffer's size), so nothing stays behind it that a read
 		// straight from the socket (lowat.readCRC) would skip.
@@ -236,7 +236,7 @@ func (c *Conn) waitParked(r *socketRun) {
 func (c *Conn) resumeReader(r *socketRun, werr error) {
 	rr := &r.role
 	fr := rr.fr
-	fr.br = getReadBuf(r.nc)
+	fr.br = getReadBuf(r.src)
 	err := werr
 	if err == nil {
 		err = c.readFrames(r, fr)

@@ -37,7 +37,7 @@ func TestGrowReadBufCarries(t *testing.T) {
 	}
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	fr := &frameReader{r: &socketRun{nc: nc}, br: getReadBuf(nc)}
+	fr := &frameReader{r: &socketRun{nc: nc, src: nc}, br: getReadBuf(nc)}
 	if fr.br.Size() != readBufSmall {
 		t.Fatalf("a reader starts with %d bytes, want %d", fr.br.Size(), readBufSmall)
 	}

@@ -251,7 +251,7 @@ func (c *Conn) connectOnce() error {
 		return err
 	}
 	e := msgr2.NewEngine(cfg)
-	br := getReadBuf(nc)
+	br := getReadBuf(socketSource(nc))
 	_, err = handshake(m, nc, br, e, c.clientEvent)
 	c.mu.Lock()
 	c.hsConn = nil
@@ -431,7 +431,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		return
 	}
 	e := msgr2.NewEngine(cfg)
-	hr := &hsReader{r: nc, entry: slot, clock: m.cfg.Clock}
+	hr := &hsReader{r: socketSource(nc), entry: slot, clock: m.cfg.Clock}
 	br := getReadBuf(hr)
 	var (
 		run      *socketRun // set once a session took this socket over

@@ -1,0 +1,5 @@
+//go:build !race
+
+package msgr
+
+const raceEnabled = false
