@@ -476,8 +476,19 @@ func (r *socketRun) reason(err error) error {
 	return r.err
 }
 
+// openRuns counts the sockets this process's messengers run (from
+// newRun to finish): what raw() weighs the process's load by.
+var openRuns atomic.Int32
+
+// finish marks the run ended: its reader and writer are done.
+func (r *socketRun) finish() {
+	openRuns.Add(-1)
+	close(r.done)
+}
+
 func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
 	r := &socketRun{nc: nc, src: socketSource(nc), e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	openRuns.Add(1)
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {
 			r.raw = raw

@@ -23,13 +23,13 @@ func makeIovec(p []byte) iovec {
 }
 
 // writevFD is one writev(2) of iov on fd (non-blocking: it never
-// sleeps), made as a raw system call (see rawSyscalls).
+// sleeps), made as a raw system call most of the time (see rawSyscalls).
 func writevFD(fd uintptr, iov []iovec) (int, error) {
 	p, n := uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov))
 	var r uintptr
 	var errno syscall.Errno
 	for {
-		if rawSyscalls {
+		if raw() {
 			r, _, errno = unix.RawSyscall(unix.SYS_WRITEV, fd, p, n)
 		} else {
 			r, _, errno = unix.Syscall(unix.SYS_WRITEV, fd, p, n)
@@ -44,11 +44,12 @@ func writevFD(fd uintptr, iov []iovec) (int, error) {
 	}
 }
 
-// writeFD is one write(2) of p on fd: a raw system call (rawSyscalls),
-// or, in race-detector builds, through package syscall, whose race
-// annotations order it before the peer's read.
+// writeFD is one write(2) of p on fd: mostly a raw system call
+// (rawSyscalls), otherwise, and always in race-detector builds, through
+// package syscall, whose race annotations order it before the peer's
+// read.
 func writeFD(fd uintptr, p []byte) (int, error) {
-	if !rawSyscalls {
+	if !raw() {
 		return syscall.Write(int(fd), p)
 	}
 	for {

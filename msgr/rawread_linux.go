@@ -5,7 +5,9 @@ package msgr
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -19,6 +21,48 @@ import (
 // calls: 88% of them). Race-detector builds keep package syscall, whose
 // annotations order a write before the peer's read.
 const rawSyscalls = !raceEnabled
+
+// rawMaxRuns is the most sockets a process may run for its socket
+// calls to be raw. A raw call keeps its P for its whole length, where one
+// through package syscall lets the scheduler give the P to another
+// goroutine if the call is slow: with many busy sockets that hand-off is
+// what lets a quiet connection's goroutine in between the busy ones. In
+// the flood of 32 RPC clients (TestFloodRPC) the honest client's p50
+// went 6-11 -> 10-26 ms with every socket call raw. A process with a few
+// sockets, where the latency of each message is what matters, has
+// nobody to let in.
+const rawMaxRuns = 16
+
+// A socket call is made through package syscall all the same when
+// rawEvery has passed since the last one that was. sysmon sleeps while
+// every P is idle, and besides the system calls that announce
+// themselves only timers wake it; it is what polls the network while
+// every P is busy and preempts goroutines that run too long. With every
+// socket call raw, a process that went idle and then busy could run for
+// seconds (until its next timer) with nobody polling the network: a
+// flood of 32 RPC clients left an honest client's RPC unanswered for 5 s
+// (TestFloodRPC, before rawMaxRuns too). A call through package syscall
+// each millisecond wakes sysmon well within its own 10 ms network poll,
+// and costs a 1-in-flight round trip (about 20,000 a second) the futex
+// pair once per 20 round trips.
+const rawEvery = int64(time.Millisecond)
+
+// lastSyscall is when a socket call last went through package syscall
+// (monoNanos).
+var lastSyscall atomic.Int64
+
+// raw reports whether this socket call may be a raw system call.
+func raw() bool {
+	if !rawSyscalls || openRuns.Load() > rawMaxRuns {
+		return false
+	}
+	now := monoNanos()
+	if last := lastSyscall.Load(); now-last < rawEvery {
+		return true
+	}
+	lastSyscall.Store(now)
+	return false
+}
 
 // rawReader reads a socket with read(2) issued as a raw system call from
 // RawConn.Read's callback, instead of through net.Conn.Read.
@@ -76,7 +120,14 @@ func (r *rawReader) Read(p []byte) (int, error) {
 
 func (r *rawReader) read(fd uintptr) bool {
 	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(r.p))), uintptr(len(r.p)))
+		p, l := uintptr(unsafe.Pointer(unsafe.SliceData(r.p))), uintptr(len(r.p))
+		var n uintptr
+		var errno syscall.Errno
+		if raw() {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, p, l)
+		} else {
+			n, _, errno = syscall.Syscall(syscall.SYS_READ, fd, p, l)
+		}
 		switch errno {
 		case 0:
 			if n == 0 {

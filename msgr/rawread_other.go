@@ -11,5 +11,8 @@ import (
 // here (see rawread_linux.go).
 const rawSyscalls = false
 
+// raw reports whether a socket call may be a raw system call: never here.
+func raw() bool { return false }
+
 // socketSource returns what the reader of nc reads from: nc itself here.
 func socketSource(nc net.Conn) io.Reader { return nc }

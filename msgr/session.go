@@ -267,7 +267,7 @@ func (c *Conn) connectOnce() error {
 		// already (a connection race it won): drop ours.
 		c.mu.Unlock()
 		r.fail(ErrWait)
-		close(r.done)
+		r.finish()
 		return ErrWait
 	}
 	c.run = r
@@ -487,7 +487,7 @@ func (c *Conn) detach(r *socketRun) {
 	}
 	c.mu.Unlock()
 	r.fail(ErrClosed)
-	close(r.done)
+	r.finish()
 }
 
 func (m *Messenger) sessionKey(addrs msg.AddrVec) string {
@@ -702,7 +702,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 		// Superseded or closed while the handshake finished.
 		c.mu.Unlock()
 		r.fail(ErrReplaced)
-		close(r.done)
+		r.finish()
 		return false
 	}
 	p := r.e.Peer()
@@ -742,7 +742,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 func (c *Conn) endSocket(r *socketRun, err error) {
 	err = r.reason(err)
 	r.stopWriters()
-	close(r.done)
+	r.finish()
 	c.socketFailed(r, err)
 }
 

@@ -174,7 +174,7 @@ func (c *Conn) connectOnceV1(nc net.Conn) error {
 	if old := c.run; old != nil && c.state != stateClosed {
 		c.mu.Unlock()
 		r.fail(ErrWait)
-		close(r.done)
+		r.finish()
 		return ErrWait
 	}
 	c.run = r
@@ -539,7 +539,7 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	if c.run != r || c.state == stateClosed {
 		c.mu.Unlock()
 		r.fail(ErrReplaced)
-		close(r.done)
+		r.finish()
 		return
 	}
 	p := r.v1.Peer()
@@ -572,7 +572,7 @@ func (c *Conn) runSocketV1(r *socketRun, br *bufio.Reader) {
 	err := c.readLoopV1(r, br)
 	err = r.reason(err)
 	r.stopWriters()
-	close(r.done)
+	r.finish()
 	c.socketFailed(r, err)
 }
 
