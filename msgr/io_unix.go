@@ -22,46 +22,46 @@ func makeIovec(p []byte) iovec {
 	return v
 }
 
-// writevFD is one writev(2) of iov on fd (non-blocking: it never
-// sleeps), made as a raw system call most of the time (see rawSyscalls).
-func writevFD(fd uintptr, iov []iovec) (int, error) {
-	p, n := uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov))
-	var r uintptr
-	var errno syscall.Errno
+// sockCall is one system call trap(a1, a2, a3) on a non-blocking
+// socket, which never sleeps in the kernel: raw when raw() allows (see
+// rawSyscalls), else through the path that tells the scheduler. EINTR,
+// with nothing transferred, is retried.
+func sockCall(trap, a1, a2, a3 uintptr) (int, syscall.Errno) {
 	for {
+		var r uintptr
+		var errno syscall.Errno
 		if raw() {
-			r, _, errno = unix.RawSyscall(unix.SYS_WRITEV, fd, p, n)
+			r, _, errno = unix.RawSyscall(trap, a1, a2, a3)
 		} else {
-			r, _, errno = unix.Syscall(unix.SYS_WRITEV, fd, p, n)
+			r, _, errno = unix.Syscall(trap, a1, a2, a3)
 		}
-		switch errno {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue // nothing was written
+		if errno != unix.EINTR {
+			return int(r), errno
 		}
-		return 0, errno
 	}
 }
 
-// writeFD is one write(2) of p on fd: mostly a raw system call
-// (rawSyscalls), otherwise, and always in race-detector builds, through
-// package syscall, whose race annotations order it before the peer's
-// read.
-func writeFD(fd uintptr, p []byte) (int, error) {
-	if !raw() {
-		return syscall.Write(int(fd), p)
-	}
-	for {
-		r, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		switch errno {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue // nothing was written
-		}
+// writevFD is one writev(2) of iov on fd (sockCall).
+func writevFD(fd uintptr, iov []iovec) (int, error) {
+	n, errno := sockCall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(unsafe.SliceData(iov))), uintptr(len(iov)))
+	if errno != 0 {
 		return 0, errno
 	}
+	return n, nil
+}
+
+// writeFD is one write(2) of p on fd (sockCall); in race-detector builds
+// through package syscall, whose race annotations order it before the
+// peer's read.
+func writeFD(fd uintptr, p []byte) (int, error) {
+	if !rawSyscalls {
+		return syscall.Write(int(fd), p)
+	}
+	n, errno := sockCall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return n, nil
 }
 
 // setRcvLowat sets the socket's receive low-water mark.

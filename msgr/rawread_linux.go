@@ -119,29 +119,17 @@ func (r *rawReader) Read(p []byte) (int, error) {
 }
 
 func (r *rawReader) read(fd uintptr) bool {
-	for {
-		p, l := uintptr(unsafe.Pointer(unsafe.SliceData(r.p))), uintptr(len(r.p))
-		var n uintptr
-		var errno syscall.Errno
-		if raw() {
-			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, p, l)
-		} else {
-			n, _, errno = syscall.Syscall(syscall.SYS_READ, fd, p, l)
+	n, errno := sockCall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(r.p))), uintptr(len(r.p)))
+	switch errno {
+	case 0:
+		if n == 0 {
+			r.err = io.EOF
 		}
-		switch errno {
-		case 0:
-			if n == 0 {
-				r.err = io.EOF
-			}
-			r.n = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false // wait in the netpoller
-		default:
-			r.err = errno
-			return true
-		}
+		r.n = n
+	case syscall.EAGAIN:
+		return false // wait in the netpoller
+	default:
+		r.err = errno
 	}
+	return true
 }
