@@ -139,6 +139,11 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 	}
 }
 
+// testHookSlowConsumerCheck, when set by a test, runs in
+// closeIfSlowConsumer between its first look at lastWrite and its look
+// at the queue.
+var testHookSlowConsumerCheck func()
+
 // closeIfSlowConsumer closes c with ErrSlowConsumer, and reports so, if
 // it has written nothing for Config.SlowConsumerTimeout while it was
 // paused (above) or had something queued: a peer that reads nothing goes
@@ -147,11 +152,6 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 // the last write that made progress or the Send that found the queue
 // empty, whichever is later. A peer that reads, however slowly, is never
 // closed so.
-// testHookSlowConsumerCheck, when set by a test, runs in
-// closeIfSlowConsumer between its first look at lastWrite and its look
-// at the queue.
-var testHookSlowConsumerCheck func()
-
 func (c *Conn) closeIfSlowConsumer(now time.Time, r *socketRun) bool {
 	sc := c.m.cfg.SlowConsumerTimeout
 	if sc <= 0 || now.UnixNano()-c.lastWrite.Load() <= int64(sc) {
