@@ -178,7 +178,8 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 			r.met = def.met
 		}
 	}
-	r.start = int64(inst.clock.Now().Sub(inst.epoch))
+	now := inst.clock.Now() // one reading for the start and the deadline
+	r.start = int64(now.Sub(inst.epoch))
 	r.flags = flags
 	r.oneWay = flags&OneWay != 0
 	h := wire.Header{
@@ -194,7 +195,6 @@ func (c *Context) prepare(r *request, ep Endpoint, op Opcode, in Input, timeout 
 			timeout = c.Timeout()
 		}
 		timeout = min(timeout, MaxTimeout)
-		now := inst.clock.Now()
 		h.Flags |= wire.FlagDeadline
 		h.Deadline = now.Add(timeout).UnixNano()
 		r.deadline = int64(now.Sub(inst.epoch)) + 1 + int64(timeout)
