@@ -20,6 +20,14 @@ func TestFloodSWIM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 10 s flood")
 	}
+	if raceEnabled && os.Getenv("FERRY_FLOOD") == "" {
+		// Its guarantee is a deadline (probes answered within 0.9 s),
+		// and under -race (make test's unit pass) it runs beside the
+		// other packages' race-built tests on the same CPUs: once, rank
+		// 1 was suspected 2 s into the flood there, while it passes
+		// alone. make flood runs it alone, without -race.
+		t.Skip("a deadline under load: run alone (make flood), or set FERRY_FLOOD=1")
+	}
 	bin := fastBinary(t)
 	const n = 3
 	file := writeGroupFile(t, n)
