@@ -63,14 +63,15 @@ var schemes = []string{"tcp", "unix", "shm"}
 // getSize is the GET benchmark's size; the server's buffer holds it.
 const getSize = 1 << 20
 
-// registry holds the three transports. For experiments,
+// registry holds the three transports, TCP with the congestion control
+// FERRY_BENCH_CC names (empty: the system's) in both processes. For experiments,
 // FERRY_SHM_SPIN and FERRY_SHM_MAXSPIN (a duration, "-1ns" for off) set
 // the shm transport's Options.Spin and Options.MaxSpin in both
 // processes.
 func registry() *transport.Registry {
 	spin, _ := strconv.Atoi(os.Getenv("FERRY_SHM_SPIN"))
 	maxSpin, _ := time.ParseDuration(os.Getenv("FERRY_SHM_MAXSPIN"))
-	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix(),
+	return transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: os.Getenv("FERRY_BENCH_CC")}), transport.NewUnix(),
 		shm.NewWithOptions(shm.Options{Spin: spin, MaxSpin: maxSpin}))
 }
 
@@ -228,8 +229,11 @@ func serveRaw(c transport.Conn, src []byte) {
 		n := int(binary.LittleEndian.Uint32(h[1:]))
 		switch h[0] {
 		case 'e':
-			if n > len(buf) {
+			if n > getSize {
 				return
+			}
+			if n > len(buf) {
+				buf = make([]byte, getSize)
 			}
 			if _, err := io.ReadFull(c, buf[:n]); err != nil {
 				return
@@ -466,6 +470,39 @@ func BenchmarkRoundTrip64(b *testing.B) {
 		b.Run("impl=ferry-"+s, func(b *testing.B) {
 			c := p.ferry(b, s)
 			in, out := rpc.Bytes(make([]byte, 64)), rpc.Bytes(nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.echo(&in, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEcho1MiB is the 1 MiB round trip of `ferry ping --size 1M`
+// (issue 17's shm against tcp) on each transport: raw, one Write and
+// one ReadFull each way, the floor; ferry, an RPC echo through Call.
+func BenchmarkEcho1MiB(b *testing.B) {
+	p := getPeer(b)
+	for _, s := range schemes {
+		b.Run("impl=raw-"+s, func(b *testing.B) {
+			c := p.raw(b, s)
+			req, resp := echoRequest(getSize), make([]byte, getSize)
+			b.SetBytes(getSize)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := rawRoundTrip(c, req, resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, s := range schemes {
+		b.Run("impl=ferry-"+s, func(b *testing.B) {
+			c := p.ferry(b, s)
+			in, out := rpc.Bytes(make([]byte, getSize)), rpc.Bytes(nil)
+			b.SetBytes(getSize)
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := c.echo(&in, &out); err != nil {
