@@ -39,8 +39,9 @@ type DataReceiver interface {
 
 // DataPeeker is implemented by an Output that looks at the data segment in
 // ReceiveData without keeping it: the RPC layer then recycles the
-// message's buffers as soon as decoding returns, so a large reply that is
-// only checked or copied elsewhere costs no allocation.
+// message's buffers as soon as decoding returns (a reply), or once the
+// request is answered (a handler's input, Incoming.Decode), so a large
+// payload that is only checked or copied elsewhere costs no allocation.
 type DataPeeker interface {
 	DataReceiver
 	PeeksData()

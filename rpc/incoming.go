@@ -174,7 +174,11 @@ func (r *Incoming) Data() msg.Buffers {
 // handler answers the origin with that code.
 func (r *Incoming) Decode(v Output) error {
 	if _, ok := v.(DataReceiver); ok && len(r.data) > 0 {
-		r.taken = true
+		// A DataPeeker keeps none of it: the buffers go back once the
+		// request is answered, as a reply's do once it is decoded.
+		if _, peeks := v.(DataPeeker); !peeks {
+			r.taken = true
+		}
 	}
 	if err := decodeOutput(v, r.body, r.data); err != nil {
 		return &Error{Code: CodeMalformed, Opcode: r.Opcode(), Endpoint: r.Source(), Msg: "decoding input", Err: err}
