@@ -63,7 +63,13 @@
 // DataAppender sends raw buffers in the message's data segment without
 // copying them, and an output that implements DataReceiver takes the data
 // segment without a copy; Bytes does both, so a 1 MiB input is neither
-// copied by the origin nor by the target.
+// copied by the origin nor by the target. Taking the data segment means
+// taking its buffer, though, so every large payload received into Bytes
+// costs a fresh one. A caller or handler that receives large payloads
+// again and again decodes them into a reused CopyBytes (or any
+// DataPeeker) instead: one copy per call, and the received buffers go
+// back to the pools (a 1 MiB read RPC over shm in bench/transports: 1.0
+// ms into Bytes, 0.19-0.23 ms into CopyBytes).
 //
 // A handler answers with Incoming.Reply or Incoming.Fail, before or after
 // returning (asynchronous handlers keep the Incoming). Every failure is an

@@ -499,3 +499,72 @@ func TestOverflowInputPeekedIsRecycled(t *testing.T) {
 		t.Fatalf("%d bytes allocated per 1 MiB request whose handler keeps nothing, want well under 1 MiB", per)
 	}
 }
+
+// A caller that receives 1 MiB outputs into one CopyBytes gets each
+// output right and allocates no 1 MiB per call: the pulled buffer goes
+// back to the pool once copied, and the copy lands in the CopyBytes'
+// own capacity.
+func TestOverflowOutputCopyBytes(t *testing.T) {
+	p := newBulkPair(t, rpc.Options{})
+	src := make([]byte, 1<<20+64)
+	for i := range src {
+		src[i] = byte(i*7 + i>>12)
+	}
+	err := p.srv.Register(rpc.Protocol{Name: "ovf", Base: 0x43, Version: 1, RPCs: []rpc.RPC{{Handler: func(r *rpc.Incoming) error {
+		var off rpc.CopyBytes
+		if err := r.Decode(&off); err != nil {
+			return err
+		}
+		o := int(off[0])
+		out := rpc.Bytes(src[o : o+1<<20]) // the server's own memory, not copied
+		return r.Reply(&out)
+	}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out rpc.CopyBytes
+	call := func(o byte) {
+		in := rpc.CopyBytes{o}
+		if err := p.cctx.Call(context.Background(), *p.peer, opOvfEcho, &in, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, src[o:int(o)+1<<20]) {
+			t.Fatalf("output %d differs", o)
+		}
+	}
+	for o := range byte(5) {
+		call(o) // warm the pools, and out's capacity
+	}
+	const calls = 40
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range calls {
+		call(byte(i % 64))
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / calls
+	t.Logf("%d bytes allocated per call", per)
+	if per > 768<<10 {
+		t.Fatalf("%d bytes allocated per 1 MiB output received into a reused CopyBytes, want well under 1 MiB", per)
+	}
+}
+
+// CopyBytes as an Output: front-segment payloads and data segments in
+// several buffers are copied into its own capacity, which it reuses.
+func TestCopyBytesReceive(t *testing.T) {
+	b := make(rpc.CopyBytes, 0, 16)
+	base := &b[:1][0]
+	if err := b.UnmarshalBinary([]byte("front")); err != nil || string(b) != "front" {
+		t.Fatalf("UnmarshalBinary: %q, %v", b, err)
+	}
+	if err := b.ReceiveData([][]byte{[]byte("ab"), []byte("cde")}); err != nil || string(b) != "abcde" {
+		t.Fatalf("ReceiveData: %q, %v", b, err)
+	}
+	if &b[0] != base {
+		t.Fatal("ReceiveData allocated although the capacity sufficed")
+	}
+	if err := b.ReceiveData([][]byte{bytes.Repeat([]byte("x"), 40)}); err != nil || len(b) != 40 {
+		t.Fatalf("ReceiveData past the capacity: %d bytes, %v", len(b), err)
+	}
+	var _ rpc.DataPeeker = &b
+}
