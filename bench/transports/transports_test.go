@@ -81,9 +81,10 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 var (
 	opEcho = rpc.MakeOpcode(5, 0, 0) // raw bytes in, the same bytes out
 	opInfo = rpc.MakeOpcode(5, 0, 1) // the handle of the server's GET source
+	opRead = rpc.MakeOpcode(5, 0, 2) // getSize bytes of the GET source, as the output
 )
 
-func protocol(src *rpc.Bulk) rpc.Protocol {
+func protocol(src *rpc.Bulk, data []byte) rpc.Protocol {
 	return rpc.Protocol{Name: "transports", Base: 5, Version: 0, RPCs: []rpc.RPC{
 		{Name: "echo", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
 			var b rpc.Bytes
@@ -97,6 +98,10 @@ func protocol(src *rpc.Bulk) rpc.Protocol {
 				return errors.New("no source buffer")
 			}
 			return r.Reply(src.Handle())
+		}},
+		{Name: "read", Flags: rpc.Inline, Handler: func(r *rpc.Incoming) error {
+			out := rpc.Bytes(data) // the server's own memory, sent as it is
+			return r.Reply(&out)
 		}},
 	}}
 }
@@ -180,7 +185,7 @@ func serve(stdin io.Reader, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := in.Register(protocol(b)); err != nil {
+		if err := in.Register(protocol(b, src)); err != nil {
 			return err
 		}
 		if _, err := in.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
@@ -492,6 +497,44 @@ func benchEcho(b *testing.B, n int) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRead1MiB is an RPC whose 1 MiB output comes from the
+// server's memory (a storage read), received into rpc.Bytes (a fresh
+// buffer per call) and into one reused rpc.CopyBytes (a copy per call);
+// raw is Get1MiB's raw floor.
+func BenchmarkRead1MiB(b *testing.B) {
+	p := getPeer(b)
+	for _, s := range schemes {
+		b.Run("impl=raw-"+s, func(b *testing.B) {
+			c := p.raw(b, s)
+			dst := make([]byte, getSize)
+			b.SetBytes(getSize)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := rawGet(c, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, s := range schemes {
+		for _, out := range []struct {
+			name string
+			v    rpc.Output
+		}{{"bytes", new(rpc.Bytes)}, {"copybytes", new(rpc.CopyBytes)}} {
+			b.Run("impl=ferry-"+s+"-"+out.name, func(b *testing.B) {
+				c := p.ferry(b, s)
+				b.SetBytes(getSize)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.ctx.Call(context.Background(), c.ep, opRead, nil, out.v); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
