@@ -480,22 +480,9 @@ func TestOverflowInputPeekedIsRecycled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 5 {
-		call() // warm the pools
-	}
-	const calls = 40
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range calls {
-		call()
-	}
-	runtime.ReadMemStats(&after)
 	// Both sides are in this process; a fresh pull buffer per call would
-	// be 1 MiB each. (A pool may still drop a buffer at a GC, and under
-	// the race detector sync.Pool drops a quarter of what it is given.)
-	per := (after.TotalAlloc - before.TotalAlloc) / calls
-	t.Logf("%d bytes allocated per call", per)
-	if per > 768<<10 {
+	// be 1 MiB each.
+	if per := bytesPerCall(t, func(int) { call() }); per > 768<<10 {
 		t.Fatalf("%d bytes allocated per 1 MiB request whose handler keeps nothing, want well under 1 MiB", per)
 	}
 }
@@ -532,19 +519,7 @@ func TestOverflowOutputCopyBytes(t *testing.T) {
 			t.Fatalf("output %d differs", o)
 		}
 	}
-	for o := range byte(5) {
-		call(o) // warm the pools, and out's capacity
-	}
-	const calls = 40
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for i := range calls {
-		call(byte(i % 64))
-	}
-	runtime.ReadMemStats(&after)
-	per := (after.TotalAlloc - before.TotalAlloc) / calls
-	t.Logf("%d bytes allocated per call", per)
-	if per > 768<<10 {
+	if per := bytesPerCall(t, func(i int) { call(byte(i % 64)) }); per > 768<<10 {
 		t.Fatalf("%d bytes allocated per 1 MiB output received into a reused CopyBytes, want well under 1 MiB", per)
 	}
 }
@@ -567,4 +542,25 @@ func TestCopyBytesReceive(t *testing.T) {
 		t.Fatalf("ReceiveData past the capacity: %d bytes, %v", len(b), err)
 	}
 	var _ rpc.DataPeeker = &b
+}
+
+// bytesPerCall returns the bytes this process allocates per call of
+// call(i), over 40 calls after 5 that warm the pools. A pool may still
+// drop a buffer at a GC, and under the race detector sync.Pool drops a
+// quarter of what it is given, so callers allow for some.
+func bytesPerCall(t *testing.T, call func(i int)) uint64 {
+	t.Helper()
+	for i := range 5 {
+		call(i)
+	}
+	const calls = 40
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range calls {
+		call(i)
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / calls
+	t.Logf("%d bytes allocated per call", per)
+	return per
 }

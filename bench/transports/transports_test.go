@@ -506,19 +506,7 @@ func benchEcho(b *testing.B, n int) {
 // raw is Get1MiB's raw floor.
 func BenchmarkRead1MiB(b *testing.B) {
 	p := getPeer(b)
-	for _, s := range schemes {
-		b.Run("impl=raw-"+s, func(b *testing.B) {
-			c := p.raw(b, s)
-			dst := make([]byte, getSize)
-			b.SetBytes(getSize)
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := rawGet(c, dst); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchRawGet(b, p)
 	for _, s := range schemes {
 		for _, out := range []struct {
 			name string
@@ -538,8 +526,9 @@ func BenchmarkRead1MiB(b *testing.B) {
 	}
 }
 
-func BenchmarkGet1MiB(b *testing.B) {
-	p := getPeer(b)
+// benchRawGet runs the raw GET of getSize bytes, the floor of Get1MiB
+// and Read1MiB, on every transport.
+func benchRawGet(b *testing.B, p *peer) {
 	for _, s := range schemes {
 		b.Run("impl=raw-"+s, func(b *testing.B) {
 			c := p.raw(b, s)
@@ -553,6 +542,11 @@ func BenchmarkGet1MiB(b *testing.B) {
 			}
 		})
 	}
+}
+
+func BenchmarkGet1MiB(b *testing.B) {
+	p := getPeer(b)
+	benchRawGet(b, p)
 	for _, s := range schemes {
 		b.Run("impl=ferry-"+s, func(b *testing.B) {
 			c := p.ferry(b, s)
