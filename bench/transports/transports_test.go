@@ -551,7 +551,7 @@ func benchRawGet(b *testing.B, p *peer) {
 // 256 MiB region (the ring writer's non-temporal stores), and reading it
 // back through the CRC (the reader's copy out of memory), the same
 // internal routines the shm transport uses. Run it beside ferry ping to
-// see how the guest's memory bandwidth moves (scripts/shm-membw.sh).
+// see how the guest's memory bandwidth moves (scripts/shm-probes.sh membw).
 func BenchmarkMemory(b *testing.B) {
 	const region = 256 << 20
 	mem := make([]byte, region)
