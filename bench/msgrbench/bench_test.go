@@ -38,6 +38,13 @@ const (
 	// writes PREFIX.cpu (CPU profile of its whole life) and PREFIX.allocs
 	// (allocation profile) when it exits.
 	envProf = "FERRY_BENCH_PROF"
+	// envServerCPUs is a CPU list the server process runs on (under
+	// `taskset -c LIST`); run the client under taskset too to place both.
+	// On this 2-vCPU VM a 1 MiB echo under cubic takes about twice as long
+	// with the two processes on different vCPUs as on one, for raw TCP as
+	// for ferry, and where the kernel leaves them is luck that lasts (see
+	// BENCHMARKS.md, "Placement").
+	envServerCPUs = "FERRY_BENCH_SERVER_CPUS"
 )
 
 func TestMain(m *testing.M) {
@@ -136,6 +143,9 @@ func (p *peer) start() error {
 		return err
 	}
 	p.cmd = exec.Command(exe)
+	if cpus := os.Getenv(envServerCPUs); cpus != "" {
+		p.cmd = exec.Command("taskset", "-c", cpus, exe)
+	}
 	p.cmd.Env = append(os.Environ(), envRole+"=server", EnvOSDKey+"="+osdKey.String())
 	p.cmd.Stderr = os.Stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {

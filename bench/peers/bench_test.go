@@ -31,6 +31,16 @@ import (
 // envRole set to "server" makes the test binary run Serve.
 const envRole = "FERRY_PEERS_ROLE"
 
+// envServerCPUs is a CPU list the server process runs on (under `taskset
+// -c LIST`); run the client under taskset too to place both, e.g. apart:
+//
+//	FERRY_BENCH_SERVER_CPUS=1 taskset -c 0 ./peers.test -test.run '^$' -test.bench BulkGet
+//
+// Large transfers over loopback under cubic run about twice as fast with
+// both processes on one vCPU of this VM as on two, for the raw floors as
+// for ferry (BENCHMARKS.md, "Placement").
+const envServerCPUs = "FERRY_BENCH_SERVER_CPUS"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(envRole) == "server" {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -138,6 +148,9 @@ func (p *peer) start() error {
 		return err
 	}
 	p.cmd = exec.Command(exe)
+	if cpus := os.Getenv(envServerCPUs); cpus != "" {
+		p.cmd = exec.Command("taskset", "-c", cpus, exe)
+	}
 	p.cmd.Env = append(os.Environ(), envRole+"=server", EnvOSDKey+"="+p.osdKey.String())
 	p.cmd.Stderr = os.Stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
