@@ -1,6 +1,9 @@
 package msgr_test
 
 import (
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,9 +17,28 @@ import (
 // crc mode carries the data CRC the messenger checked
 // (ReceivedDataCRC); a smaller one carries none. An echo that passes it
 // on with SetDataCRCAhead sends data the peer accepts, and a wrong CRC
-// passed so is caught by the peer.
+// passed so is caught by the peer. It runs over TCP with the system's
+// congestion control and with cubic and bbr where the kernel has them:
+// under cubic the reader folds the CRC into each read as the data lands,
+// under bbr it raises the receive low-water mark first (lowat.read).
 func TestReceivedDataCRC(t *testing.T) {
-	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: transport.Default, Logger: quietLogger()})
+	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	for _, cc := range []string{"", "cubic", "bbr"} {
+		name := cc
+		if name == "" {
+			name = "system"
+		}
+		t.Run(name, func(t *testing.T) {
+			if cc != "" && !slices.Contains(strings.Fields(string(avail)), cc) {
+				t.Skipf("the kernel has no %s", cc)
+			}
+			testReceivedDataCRC(t, transport.NewRegistry(transport.NewTCP(transport.TCPOptions{Congestion: cc})))
+		})
+	}
+}
+
+func testReceivedDataCRC(t *testing.T, reg *transport.Registry) {
+	s, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD}, Transports: reg, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +66,7 @@ func TestReceivedDataCRC(t *testing.T) {
 	}
 	t.Cleanup(s.Shutdown)
 
-	c, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient}, Transports: transport.Default, Logger: quietLogger()})
+	c, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityClient}, Transports: reg, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +84,7 @@ func TestReceivedDataCRC(t *testing.T) {
 		tid  uint64
 		size int
 		want bool // a CRC recorded on receipt
-	}{{1, 1 << 20, true}, {2, 1000, false}, {3, 256 << 10, true}} {
+	}{{1, 1 << 20, true}, {2, 1000, false}, {4, 3<<20 + 5, true}, {3, 256 << 10, true}} {
 		data := make([]byte, tc.size)
 		for i := range data {
 			data[i] = byte(i*31 + int(tc.tid))
