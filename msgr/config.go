@@ -110,6 +110,24 @@ type Config struct {
 	// had something queued. Default 30 s; negative disables it.
 	SlowConsumerTimeout time.Duration
 
+	// BusyPoll is how long a goroutine reading an established TCP or
+	// Unix socket keeps polling it, with non-blocking reads and without
+	// sleeping, after finding it empty: the connection's reader between
+	// a peer's messages, a caller in Conn.Await for its reply. A message
+	// that arrives meanwhile costs no wake-up, which on a small VM costs
+	// more than the rest of a round trip when the kernel has put the
+	// two processes on different vCPUs, as it does whenever the other
+	// vCPU is idle (BENCHMARKS.md, "Busy polling"). It is adaptive: a
+	// poll that ends empty halves the next one, and a wait that ends
+	// within BusyPoll restores it, so a socket whose peer is slow soon
+	// sleeps at once. It applies while the process runs at most 16
+	// sockets (as raw system calls do, rawread_linux.go), and every
+	// fourth poll yields the CPU to a thread queued on it. Polling costs
+	// CPU, up to BusyPoll per wait: it is for latency-bound peers with a
+	// few connections (Mercury's and CaRT's busy progress). Zero, the
+	// default, sleeps at once; at most 10 ms.
+	BusyPoll time.Duration
+
 	// InitialBackoff is the first wait before a lossless connection
 	// retries after a failed attempt (ms_initial_backoff); it doubles up
 	// to MaxBackoff (ms_max_backoff), which is also the wait after the
@@ -191,6 +209,9 @@ func (c *Config) withDefaults() Config {
 	return d
 }
 
+// MaxBusyPoll bounds Config.BusyPoll.
+const MaxBusyPoll = 10 * time.Millisecond
+
 func (c *Config) validate() error {
 	var errs []error
 	if c.HandshakeTimeout < 0 {
@@ -205,6 +226,9 @@ func (c *Config) validate() error {
 	if c.DispatchThrottleBytes < 0 || c.DispatchQueueLen < 0 || c.OutQueueBytes < 0 {
 		errs = append(errs, errors.New("negative queue bound"))
 	}
+	if c.BusyPoll < 0 || c.BusyPoll > MaxBusyPoll {
+		errs = append(errs, fmt.Errorf("BusyPoll %v is not in [0, %v]", c.BusyPoll, MaxBusyPoll))
+	}
 	if c.InitialBackoff < 0 || c.MaxBackoff < 0 {
 		errs = append(errs, errors.New("negative backoff"))
 	}
@@ -218,7 +242,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("required features %#x not in supported %#x", c.Required, c.Supported))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("msgr: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

@@ -486,8 +486,13 @@ func (r *socketRun) finish() {
 	close(r.done)
 }
 
-func newRun(nc net.Conn, e *msgr2.Engine) *socketRun {
-	r := &socketRun{nc: nc, src: socketSource(nc), e: e, stop: make(chan struct{}), done: make(chan struct{})}
+// newRun returns the run of socket nc; src is what its handshake read
+// it through (socketSource), nil for a new one.
+func newRun(nc net.Conn, e *msgr2.Engine, src io.Reader) *socketRun {
+	if src == nil {
+		src = socketSource(nc)
+	}
+	r := &socketRun{nc: nc, src: src, e: e, stop: make(chan struct{}), done: make(chan struct{})}
 	openRuns.Add(1)
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {

@@ -35,6 +35,9 @@ var (
 	// entity claimed (by CLIENT_IDENT or SESSION_RECONNECT) the session
 	// of another; the connection is refused and the session kept.
 	ErrIdentityChanged = errors.New("msgr: session belongs to another authenticated entity")
+	// ErrInvalidConfig: New was given a Config it cannot run with; the
+	// error says which fields.
+	ErrInvalidConfig = errors.New("msgr: invalid config")
 )
 
 // faultError is the reason of a connection closed by Conn.Fault: it

@@ -29,6 +29,8 @@ import (
 //	throttle_waits                         received messages that did not get throttle budget at once
 //	read_pauses                            times a connection was not read from for holding more than its share of the send budget
 //	slow_consumer_closes                   connections closed with ErrSlowConsumer
+//	busy_poll_hits                         socket reads that found bytes while polling (Config.BusyPoll) instead of sleeping
+//	busy_poll_sleeps                       polls that found nothing for their whole length, after which the reader slept
 //	keepalive_rtt_seconds                  round trip of KEEPALIVE2 and its ack (histogram)
 //	connections                            connections the messenger holds (gauge)
 //	out_queue_bytes                        payload bytes queued to send on all connections (gauge)
@@ -46,6 +48,8 @@ type msgrMetrics struct {
 	throttleWaits *metrics.Counter
 	readPauses    *metrics.Counter
 	slowClosed    *metrics.Counter
+	pollHits      *metrics.Counter
+	pollSleeps    *metrics.Counter
 	keepaliveRTT  *metrics.Histogram
 }
 
@@ -156,6 +160,8 @@ func newMsgrMetrics(r *metrics.Registry, m *Messenger) *msgrMetrics {
 		throttleWaits: r.Counter(d("throttle_waits", "Received messages that waited for throttle budget before their body was read.")),
 		readPauses:    r.Counter(d("read_pauses", "Times a connection was not read from because it held more than its share of the send budget.")),
 		slowClosed:    r.Counter(d("slow_consumer_closes", "Connections closed (ErrSlowConsumer) because nothing they had queued was written for SlowConsumerTimeout: their peer read nothing.")),
+		pollHits:      r.Counter(d("busy_poll_hits", "Socket reads that found bytes while busy polling (Config.BusyPoll) instead of sleeping.")),
+		pollSleeps:    r.Counter(d("busy_poll_sleeps", "Busy polls that found nothing for their whole length, after which the reader slept.")),
 		keepaliveRTT:  r.Histogram(d("keepalive_rtt_seconds", "Round trip of a KEEPALIVE2 and its ack, in seconds.")),
 	}
 	for i := range mm.rows {
@@ -270,6 +276,20 @@ func (mm *msgrMetrics) throttleWait() {
 func (mm *msgrMetrics) readPause() {
 	if mm != nil {
 		mm.readPauses.Inc()
+	}
+}
+
+// busyPollHit counts a busy poll that found bytes.
+func (mm *msgrMetrics) busyPollHit() {
+	if mm != nil {
+		mm.pollHits.Inc()
+	}
+}
+
+// busyPollSleep counts a busy poll that ended empty.
+func (mm *msgrMetrics) busyPollSleep() {
+	if mm != nil {
+		mm.pollSleeps.Inc()
 	}
 }
 

@@ -5,6 +5,7 @@ package msgr
 import (
 	"io"
 	"net"
+	"time"
 )
 
 // rawSyscalls: sockets are read and written through package syscall
@@ -16,3 +17,6 @@ func raw() bool { return false }
 
 // socketSource returns what the reader of nc reads from: nc itself here.
 func socketSource(nc net.Conn) io.Reader { return nc }
+
+// setBusyPoll does nothing here: sockets are not polled (Config.BusyPoll).
+func setBusyPoll(io.Reader, time.Duration, *msgrMetrics) {}

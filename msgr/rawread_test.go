@@ -40,9 +40,6 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 // data written before and after the read starts (the second waits in the
 // netpoller), a read deadline, end of file, and a closed socket.
 func TestRawReader(t *testing.T) {
-	if !rawSyscalls {
-		t.Skip("race-detector build: sockets are read through package syscall")
-	}
 	a, b := tcpPair(t)
 	src := socketSource(b)
 	r, ok := src.(*rawReader)

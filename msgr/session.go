@@ -251,7 +251,8 @@ func (c *Conn) connectOnce() error {
 		return err
 	}
 	e := msgr2.NewEngine(cfg)
-	br := getReadBuf(socketSource(nc))
+	src := socketSource(nc)
+	br := getReadBuf(src)
 	_, err = handshake(m, nc, br, e, c.clientEvent)
 	c.mu.Lock()
 	c.hsConn = nil
@@ -260,7 +261,7 @@ func (c *Conn) connectOnce() error {
 		_ = nc.Close()
 		return err
 	}
-	r := newRun(nc, e)
+	r := newRun(nc, e, src)
 	c.mu.Lock()
 	if old := c.run; old != nil && c.state != stateClosed {
 		// An incoming socket from the same peer carries the session
@@ -472,6 +473,7 @@ func (m *Messenger) serveIncoming(nc net.Conn) {
 		}
 		return
 	}
+	run.src = hr.r // the source br reads, which the run's reads go on through
 	parked = c.runSocket(run, br)
 }
 
@@ -662,7 +664,7 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 	}
 	c.replacing = true
 	old := c.run
-	r := newRun(nc, e)
+	r := newRun(nc, e, nil)
 	c.run = r
 	if c.hsConn != nil {
 		// Our own connection attempt lost the race to the peer's: stop it,
@@ -729,6 +731,7 @@ func (c *Conn) runSocket(r *socketRun, br *bufio.Reader) (parked bool) {
 	}
 
 	c.poke() // starts the writer if something is queued (write.go)
+	setBusyPoll(r.src, m.cfg.BusyPoll, m.met)
 	err := c.readLoop(r, br)
 	if err == errParked {
 		return true

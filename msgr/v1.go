@@ -95,7 +95,7 @@ func (c *Conn) v1Target() bool {
 }
 
 func newRunV1(nc net.Conn, e *msgr1.Engine) *socketRun {
-	r := newRun(nc, nil)
+	r := newRun(nc, nil, nil)
 	r.v1 = e
 	return r
 }
