@@ -101,7 +101,7 @@ func New(opts Options) (*Instance, error) {
 				name = msg.EntityName{Type: msg.EntityOSD, Num: int64(o.Rank)}
 			}
 		}
-		m, err := msgr.New(msgr.Config{Name: name, Transports: o.Transports, Logger: o.Logger, NoDataCRC: o.NoDataCRC})
+		m, err := msgr.New(msgr.Config{Name: name, Transports: o.Transports, Logger: o.Logger, NoDataCRC: o.NoDataCRC, BusyPoll: o.BusyPoll})
 		if err != nil {
 			return nil, err
 		}

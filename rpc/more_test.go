@@ -254,6 +254,7 @@ func TestOptionsWithMessenger(t *testing.T) {
 	for _, o := range []rpc.Options{
 		{Messenger: m, Listen: "tcp://127.0.0.1:0"},
 		{Messenger: m, NoDataCRC: true},
+		{Messenger: m, BusyPoll: time.Microsecond},
 	} {
 		in, err := rpc.New(o)
 		if !errors.Is(err, rpc.ErrInvalid) {

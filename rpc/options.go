@@ -73,6 +73,13 @@ type Options struct {
 	// msgr.Config.NoDataCRC. For storage systems that checksum their data
 	// end to end. Not allowed with Messenger (set it in its msgr.Config).
 	NoDataCRC bool
+	// BusyPoll is how long the instance's sockets are polled, without
+	// sleeping, when they are found empty: a caller waiting for its
+	// reply and the reader of a connection between requests find the
+	// next message without a wake-up. It costs CPU, up to BusyPoll per
+	// wait; see msgr.Config.BusyPoll. Zero (the default) sleeps at once.
+	// Not allowed with Messenger (set it in its msgr.Config).
+	BusyPoll time.Duration
 	// Name is the messenger's entity name; default osd.RANK for a server
 	// and client.? for a client.
 	Name msg.EntityName
@@ -233,6 +240,9 @@ func (o *Options) validate() error {
 	}
 	if o.Messenger != nil && o.NoDataCRC {
 		errs = append(errs, errors.New("NoDataCRC is set with Messenger (set it in the messenger's msgr.Config)"))
+	}
+	if o.Messenger != nil && o.BusyPoll != 0 {
+		errs = append(errs, errors.New("BusyPoll is set with Messenger (set it in the messenger's msgr.Config)"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: options: %w", ErrInvalid, err)
