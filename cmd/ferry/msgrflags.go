@@ -44,6 +44,7 @@ type msgrFlags struct {
 	tcpCongestion  *string
 	sendBudget     *int64
 	slowConsumer   *time.Duration
+	busyPoll       *time.Duration
 }
 
 // addMsgrFlags defines the messenger flags on fs, with defaultPolicy as
@@ -64,6 +65,7 @@ func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
 		tcpCongestion:  addTCPCongestionFlag(fs),
 		sendBudget:     fs.Int64("send-budget", 0, "bytes all connections together may hold queued to send (msgr.Config.SendBudget; 0: the default, 256 MiB; negative disables): past half, a connection over its share is not read from"),
 		slowConsumer:   fs.Duration("slow-consumer-timeout", 0, "close a connection not read from for its share of the send budget whose peer read nothing for this long (0: the default, 30s; negative disables)"),
+		busyPoll:       addBusyPollFlag(fs),
 	}
 }
 
@@ -79,6 +81,7 @@ type msgrOptions struct {
 	NoDataCRC                           bool
 	SendBudget                          int64
 	SlowConsumerTimeout                 time.Duration
+	BusyPoll                            time.Duration
 	// TCPCongestion is the TCP congestion control of the messenger's own
 	// sockets ("" leaves the system default).
 	TCPCongestion string
@@ -125,6 +128,19 @@ func cliTransports(name string) *transport.Registry {
 	return r
 }
 
+// addBusyPollFlag defines --busy-poll on fs (msgr.Config.BusyPoll).
+func addBusyPollFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("busy-poll", 0, "poll an empty TCP or Unix socket for up to `DURATION` before sleeping, so that a message arriving meanwhile costs no wake-up (msgr.Config.BusyPoll; costs CPU; at most 10ms; 0: sleep at once)")
+}
+
+// checkBusyPoll reports a --busy-poll outside what the messenger takes.
+func checkBusyPoll(d time.Duration) error {
+	if d < 0 || d > msgr.MaxBusyPoll {
+		return fmt.Errorf("--busy-poll %v is not between 0 and %v", d, msgr.MaxBusyPoll)
+	}
+	return nil
+}
+
 // noDataCRCUsage documents --no-data-crc (msgr.Config.NoDataCRC).
 const noDataCRCUsage = "leave the CRCs of message data out on connections to ferry peers that set it too (Ceph daemons never do)"
 
@@ -148,6 +164,7 @@ func (o *msgrOptions) configure(c *msgr.Config) {
 	c.NoDataCRC = o.NoDataCRC
 	c.SendBudget = o.SendBudget
 	c.SlowConsumerTimeout = o.SlowConsumerTimeout
+	c.BusyPoll = o.BusyPoll
 	c.Transports = cliTransports(o.TCPCongestion)
 	if o.Auth != nil {
 		o.Auth.configureMsgr(c)
@@ -175,6 +192,7 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		TCPCongestion:       *f.tcpCongestion,
 		SendBudget:          *f.sendBudget,
 		SlowConsumerTimeout: *f.slowConsumer,
+		BusyPoll:            *f.busyPoll,
 		Inject: msgr.Inject{
 			SocketFailures:   *f.injSocket,
 			DelayProbability: *f.injDelayProb,
@@ -195,6 +213,9 @@ func (f *msgrFlags) options() (*msgrOptions, error) {
 		return nil, fmt.Errorf("--backoff-initial and --backoff-max must not be negative")
 	}
 	if err := checkTCPCongestion(o.TCPCongestion); err != nil {
+		return nil, err
+	}
+	if err := checkBusyPoll(o.BusyPoll); err != nil {
 		return nil, err
 	}
 	types, err := parseEntityTypes(*f.injDelayType)

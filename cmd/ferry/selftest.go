@@ -37,11 +37,15 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	verbose := fs.Bool("verbose", false, "log debug messages")
 	noDataCRC := fs.Bool("no-data-crc", false, noDataCRCUsage)
 	congestion := addTCPCongestionFlag(fs)
+	busyPoll := addBusyPollFlag(fs)
 	pos, code, ok := parseFlags(e, fs, args)
 	if !ok {
 		return code
 	}
 	if err := checkTCPCongestion(*congestion); err != nil {
+		return usageError(e, fs, "%v", err)
+	}
+	if err := checkBusyPoll(*busyPoll); err != nil {
 		return usageError(e, fs, "%v", err)
 	}
 	pairs, err := selftest.ParseSizes(*sizes)
@@ -84,7 +88,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 	var cli *rpc.Instance
 	var eps []rpc.Endpoint
 	if len(addrs) == 0 {
-		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: cliTransports(*congestion)})
+		g, err := selftest.StartLocalGroupOpts(*ranks, rpc.Options{Logger: log, NoDataCRC: *noDataCRC, BusyPoll: *busyPoll, Transports: cliTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: starting %d ranks: %v\n", *ranks, err)
 			return exitError
@@ -95,7 +99,7 @@ func runSelftest(ctx context.Context, e *env, args []string) int {
 		// Each address is a rank of the client's view of the group: a
 		// target answers only for its own rank (`ferry serve --rank N`,
 		// 0 by default).
-		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, Transports: cliTransports(*congestion)})
+		cli, err = rpc.New(rpc.Options{Logger: log, NoDataCRC: *noDataCRC, BusyPoll: *busyPoll, Transports: cliTransports(*congestion)})
 		if err != nil {
 			fmt.Fprintf(e.stderr, "ferry selftest: %v\n", err)
 			return exitError
