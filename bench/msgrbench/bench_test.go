@@ -96,6 +96,7 @@ type peer struct {
 	ctlMu sync.Mutex
 
 	ferryAddr string
+	busyAddr  string // the server's busy-polling messenger (ferry-await-busy)
 	rawAddr   string
 
 	cli      *msgr.Messenger
@@ -104,6 +105,8 @@ type peer struct {
 	connNC   *msgr.Conn
 	cliSec   *msgr.Messenger // ferry-fast-secure: cephx, secure mode
 	connSec  *msgr.Conn
+	cliBusy  *msgr.Messenger // ferry-await-busy: both sides busy-poll (msgr.Config.BusyPoll)
+	connBusy *msgr.Conn
 	disp     *replyDispatcher
 	startErr error
 }
@@ -159,7 +162,7 @@ func (p *peer) start() error {
 		return err
 	}
 	p.out = bufio.NewReader(stdout)
-	for range 2 {
+	for range 3 {
 		line, err := p.readLine(10 * time.Second)
 		if err != nil {
 			return fmt.Errorf("reading server addresses: %w", err)
@@ -167,6 +170,8 @@ func (p *peer) start() error {
 		switch k, v, _ := strings.Cut(line, " "); k {
 		case "ferry":
 			p.ferryAddr = v
+		case "ferry-busy":
+			p.busyAddr = v
 		case "raw":
 			p.rawAddr = v
 		default:
@@ -205,6 +210,10 @@ func (p *peer) start() error {
 	}
 	if a := p.connSec.Auth(); a.Mode != auth.ConModeSecure || a.Method != auth.MethodCephx {
 		return fmt.Errorf("secure connection runs method %d mode %d", a.Method, a.Mode)
+	}
+	// A fourth to the server's busy-polling messenger, polling too.
+	if p.cliBusy, p.connBusy, err = p.dialAddr(msgr.Config{BusyPoll: BusyPoll()}, p.busyAddr); err != nil {
+		return err
 	}
 	return nil
 }
@@ -247,6 +256,11 @@ func osdTicket(osdKey cephx.Key) (*cephx.Client, error) {
 // dial starts a lossy client messenger with cfg whose replies go to
 // p.disp and returns its ready connection to the ferry server.
 func (p *peer) dial(cfg msgr.Config) (*msgr.Messenger, *msgr.Conn, error) {
+	return p.dialAddr(cfg, p.ferryAddr)
+}
+
+// dialAddr is dial to the server messenger at addr.
+func (p *peer) dialAddr(cfg msgr.Config, addr string) (*msgr.Messenger, *msgr.Conn, error) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Transports = Transports()
 	m, err := msgr.New(cfg)
@@ -258,7 +272,7 @@ func (p *peer) dial(cfg msgr.Config) (*msgr.Messenger, *msgr.Conn, error) {
 	if err := m.Start(); err != nil {
 		return nil, nil, err
 	}
-	conn, err := m.Connect(p.ferryAddr)
+	conn, err := m.Connect(addr)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = conn.Ready(ctx)
@@ -322,6 +336,9 @@ func (p *peer) stop() {
 	}
 	if p.cliSec != nil {
 		p.cliSec.Shutdown()
+	}
+	if p.cliBusy != nil {
+		p.cliBusy.Shutdown()
 	}
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
@@ -450,6 +467,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Run("impl=ferry-fast-nocrc", func(b *testing.B) { benchFerryOn(b, getPeer(b).connNC, sz.n, 1, true) })
 			b.Run("impl=ferry-fast-secure", func(b *testing.B) { benchFerryOn(b, getPeer(b).connSec, sz.n, 1, true) })
 			b.Run("impl=ferry-await-secure", func(b *testing.B) { benchFerryAwait(b, getPeer(b).connSec, sz.n, 1, true, true) })
+			b.Run("impl=ferry-await-busy", func(b *testing.B) { benchFerryAwait(b, getPeer(b).connBusy, sz.n, 1, true, true) })
 		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ferrymsg/ferry/auth"
 	"github.com/ferrymsg/ferry/auth/cephx"
@@ -67,10 +68,14 @@ const rawCopyMax = 16 << 10
 
 // Serve runs the benchmark server role. It starts a ferry echo messenger
 // and a raw TCP echo server on 127.0.0.1 (ephemeral ports) and writes their
-// addresses to out as two lines:
+// addresses to out as three lines:
 //
 //	ferry tcp://127.0.0.1:PORT
+//	ferry-busy tcp://127.0.0.1:PORT
 //	raw 127.0.0.1:PORT
+//
+// ferry-busy is a second echo messenger, whose sockets busy-poll for
+// BusyPoll (msgr.Config.BusyPoll) when they find nothing to read.
 //
 // It then reads commands from in, one per line, and answers each with one
 // line on out:
@@ -81,7 +86,7 @@ const rawCopyMax = 16 << 10
 // number of requests echoed so far (ferry and raw together), and SYSCR and
 // SYSCW the process's read and write system calls so far (ProcIO; 0 where
 // unavailable). Serve returns
-// when in reaches EOF (the client closed it or exited), after shutting both
+// when in reaches EOF (the client closed it or exited), after shutting the
 // servers down.
 //
 // The ferry echo sends the received message object back as the reply (same
@@ -97,31 +102,16 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	m, err := msgr.New(msgr.Config{
-		Name:   msg.EntityName{Type: msg.EntityOSD, Num: 0},
-		Logger: log,
-		// Offered; in force only with the client that sets it too
-		// (ferry-fast-nocrc).
-		NoDataCRC:  true,
-		Transports: Transports(),
-		// Auth none, or cephx with the OSD key of EnvOSDKey (the
-		// secure-mode client).
-		Auth: msgr.AuthConfig{ServerFor: func(msg.EntityAddr) (auth.Server, error) {
-			return &noneOrCephx{cephx: ver}, nil
-		}},
-	})
+	m, err := echoMessenger(log, &echoes, ver, 0)
 	if err != nil {
 		return err
 	}
-	m.SetDefaultPolicy(msgr.StatelessServer())
-	m.AddDispatcherTail(&echoDispatcher{n: &echoes})
-	if err := m.Bind("tcp://127.0.0.1:0"); err != nil {
-		return err
-	}
-	if err := m.Start(); err != nil {
-		return err
-	}
 	defer m.Shutdown()
+	mb, err := echoMessenger(log, &echoes, ver, BusyPoll())
+	if err != nil {
+		return err
+	}
+	defer mb.Shutdown()
 
 	lc := net.ListenConfig{Control: ccControl}
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -140,9 +130,57 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 		wg.Wait()
 	}()
 
-	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\n", m.ListenAddrs()[0], ln.Addr()); err != nil {
+	if _, err := fmt.Fprintf(out, "ferry %s\nferry-busy %s\nraw %s\n", m.ListenAddrs()[0], mb.ListenAddrs()[0], ln.Addr()); err != nil {
 		return err
 	}
+	return serveCommands(in, out, &echoes)
+}
+
+// BusyPoll is the busy poll of the ferry-busy contenders:
+// FERRY_BENCH_BUSY_POLL (a duration), default 50 µs.
+func BusyPoll() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FERRY_BENCH_BUSY_POLL")); err == nil {
+		return d
+	}
+	return 50 * time.Microsecond
+}
+
+// echoMessenger starts an echo messenger on 127.0.0.1 that busy-polls for
+// busy.
+func echoMessenger(log *slog.Logger, echoes *atomic.Uint64, ver *cephx.Verifier, busy time.Duration) (*msgr.Messenger, error) {
+	m, err := msgr.New(msgr.Config{
+		BusyPoll: busy,
+		Name:     msg.EntityName{Type: msg.EntityOSD, Num: 0},
+		Logger:   log,
+		// Offered; in force only with the client that sets it too
+		// (ferry-fast-nocrc).
+		NoDataCRC:  true,
+		Transports: Transports(),
+		// Auth none, or cephx with the OSD key of EnvOSDKey (the
+		// secure-mode client).
+		Auth: msgr.AuthConfig{ServerFor: func(msg.EntityAddr) (auth.Server, error) {
+			return &noneOrCephx{cephx: ver}, nil
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.SetDefaultPolicy(msgr.StatelessServer())
+	m.AddDispatcherTail(&echoDispatcher{n: echoes})
+	if err := m.Bind("tcp://127.0.0.1:0"); err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	if err := m.Start(); err != nil {
+		m.Shutdown()
+		return nil, err
+	}
+	return m, nil
+}
+
+// serveCommands answers the client's commands on in (see Serve) until
+// in ends.
+func serveCommands(in io.Reader, out io.Writer, echoes *atomic.Uint64) error {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		switch cmd := strings.TrimSpace(sc.Text()); cmd {
