@@ -112,10 +112,13 @@ type peer struct {
 	ferryAddr, rawAddr, grpcAddr string
 	ferryUnix                    string // the ferry server's Unix-socket address
 	ferrySecure                  string // the cephx, secure-mode-only instance (secure_test.go)
+	ferryBusy                    string // the instance whose sockets busy-poll (ferry-busy)
 	osdKey                       cephx.Key
 
 	fi  *rpc.Instance
-	fc  *rpc.Context // manual progress (ferry-send)
+	fc  *rpc.Context  // manual progress (ferry-send)
+	fb  *rpc.Instance // busy-polling, to ferryBusy (ferry-busy)
+	fbc *rpc.Context
 	gcc *grpc.ClientConn
 }
 
@@ -164,7 +167,7 @@ func (p *peer) start() error {
 		return err
 	}
 	p.out = bufio.NewReader(stdout)
-	for range 4 {
+	for range 5 {
 		line, err := p.readLine(20 * time.Second)
 		if err != nil {
 			return fmt.Errorf("reading server addresses: %w", err)
@@ -186,6 +189,8 @@ func (p *peer) start() error {
 			p.grpcAddr = v
 		case "ferry-secure":
 			p.ferrySecure = v
+		case "ferry-busy":
+			p.ferryBusy = v
 		default:
 			return fmt.Errorf("unexpected server line %q", line)
 		}
@@ -201,6 +206,19 @@ func (p *peer) start() error {
 		return err
 	}
 	if p.fc, err = p.fi.NewContext(rpc.ContextOptions{}); err != nil {
+		return err
+	}
+	p.fb, err = rpc.New(rpc.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Transports: Transports(), BusyPoll: BusyPoll()})
+	if err != nil {
+		return err
+	}
+	if err := p.fb.Register(Protocol(nil)); err != nil {
+		return err
+	}
+	if err := p.fb.Group().Add(0, p.ferryBusy); err != nil {
+		return err
+	}
+	if p.fbc, err = p.fb.NewContext(rpc.ContextOptions{}); err != nil {
 		return err
 	}
 	p.gcc, err = grpc.NewClient(p.grpcAddr,
@@ -570,6 +588,7 @@ func benchFerrySend(b *testing.B, c *rpc.Context, op rpc.Opcode, size, window in
 func BenchmarkNull(b *testing.B) {
 	b.Run("impl=raw", func(b *testing.B) { benchRaw(b, 0, false, 1) })
 	b.Run("impl=ferry", func(b *testing.B) { benchParallel(b, 1, ferryCall(getPeer(b), OpSink, 0, 0)) })
+	b.Run("impl=ferry-busy", func(b *testing.B) { p := getPeer(b); benchParallel(b, 1, ferryCallOn(p, p.fbc, OpSink, 0, 0)) })
 	b.Run("impl=grpc", func(b *testing.B) { benchParallel(b, 1, grpcCall(getPeer(b), GRPCSink, 0, 0)) })
 }
 
@@ -578,6 +597,7 @@ func BenchmarkEcho64Inflight16(b *testing.B) {
 	b.Run("impl=raw", func(b *testing.B) { benchRaw(b, 64, true, 16) })
 	b.Run("impl=ferry", func(b *testing.B) { benchParallel(b, 16, ferryCall(getPeer(b), OpEcho, 64, 64)) })
 	b.Run("impl=ferry-send", func(b *testing.B) { benchFerrySend(b, getPeer(b).fc, OpEcho, 64, 16) })
+	b.Run("impl=ferry-busy", func(b *testing.B) { p := getPeer(b); benchParallel(b, 16, ferryCallOn(p, p.fbc, OpEcho, 64, 64)) })
 	b.Run("impl=grpc", func(b *testing.B) { benchParallel(b, 16, grpcCall(getPeer(b), GRPCEcho, 64, 64)) })
 }
 
@@ -594,7 +614,7 @@ func BenchmarkInput1MiB(b *testing.B) {
 	})
 }
 
-// TestHarness exercises the three servers once each.
+// TestHarness exercises the servers once each.
 func TestHarness(t *testing.T) {
 	p := getPeer(t)
 	_, r0, err := p.stats()
@@ -623,11 +643,14 @@ func TestHarness(t *testing.T) {
 	if err := ferryCall(p, OpSink, 0, 0)(&out); err != nil {
 		t.Fatal(err)
 	}
+	if err := ferryCallOn(p, p.fbc, OpEcho, 64, 64)(&out); err != nil || !bytes.Equal(out, payload[:64]) {
+		t.Fatalf("ferry-busy echo: %v", err)
+	}
 	_, r1, err := p.stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r1-r0 != 4 {
-		t.Fatalf("server served %d RPCs, want 4", r1-r0)
+	if r1-r0 != 5 {
+		t.Fatalf("server served %d RPCs, want 5", r1-r0)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -168,6 +169,18 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	if _, err := fi.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
 		return err
 	}
+	// A second instance whose sockets busy-poll (ferry-busy).
+	fb, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: log, Transports: Transports(), BusyPoll: BusyPoll()})
+	if err != nil {
+		return err
+	}
+	defer fb.Close()
+	if err := fb.Register(Protocol(&served)); err != nil {
+		return err
+	}
+	if _, err := fb.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+		return err
+	}
 	bs, err := startBulk(fi, &served, dir) // bulk_server.go
 	if err != nil {
 		return err
@@ -208,7 +221,7 @@ func Serve(in io.Reader, out io.Writer, log *slog.Logger) error {
 	}()
 	defer gs.Stop()
 
-	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\ngrpc %s\n", fi.URI(), rl.Addr(), gl.Addr()); err != nil {
+	if _, err := fmt.Fprintf(out, "ferry %s\nraw %s\ngrpc %s\nferry-busy %s\n", fi.URI(), rl.Addr(), gl.Addr(), fb.URI()); err != nil {
 		return err
 	}
 	if sec != nil {
@@ -375,6 +388,15 @@ func CPUTime() int64 {
 // FERRY_BULK_WINDOW, FERRY_BULK_EAGER, FERRY_BULK_SEGMENT, in bytes, and
 // FERRY_BULK_SEPARATE=1 (BulkOptions.SeparateConn).
 // Unset means the library's default.
+// BusyPoll is the busy poll (rpc.Options.BusyPoll) of the ferry-busy
+// contenders' two instances: FERRY_BENCH_BUSY_POLL, default 50 µs.
+func BusyPoll() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FERRY_BENCH_BUSY_POLL")); err == nil {
+		return d
+	}
+	return 50 * time.Microsecond
+}
+
 func BulkOptionsFromEnv() rpc.BulkOptions {
 	get := func(k string) int {
 		n, _ := strconv.Atoi(os.Getenv(k))
