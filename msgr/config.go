@@ -119,8 +119,8 @@ type Config struct {
 	// two processes on different vCPUs, as it does whenever the other
 	// vCPU is idle (BENCHMARKS.md, "Busy polling"). It is adaptive: a
 	// poll that ends empty halves the next one, and a wait that ends
-	// within BusyPoll restores it, so a socket whose peer is slow soon
-	// sleeps at once. It applies while the process runs at most 16
+	// within four times BusyPoll restores it, so a socket whose peer is
+	// slower than that soon sleeps at once. It applies while the process runs at most 16
 	// sockets (as raw system calls do, rawread_linux.go), and every
 	// fourth poll yields the CPU to a thread queued on it. Polling costs
 	// CPU, up to BusyPoll per wait: it is for latency-bound peers with a

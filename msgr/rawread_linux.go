@@ -131,8 +131,11 @@ func (r *rawReader) Read(p []byte) (int, error) {
 func (r *rawReader) read(fd uintptr) bool {
 	if r.waitFrom != 0 {
 		// Woken by the netpoller after a read that found nothing: a
-		// wait that ended within the poll turns polling back on.
-		if monoNanos()-r.waitFrom <= r.busy {
+		// wait that ended within a few polls' length turns polling back
+		// on. Not within one: a wait that slept includes the wake-up
+		// polling saves, which on a small VM is longer than the poll
+		// (a 64 B round trip's wait: 60-90 µs asleep, 15 µs polling).
+		if monoNanos()-r.waitFrom <= busyPollRestore*r.busy {
 			r.cur = r.busy
 		}
 		r.waitFrom = 0
@@ -200,8 +203,12 @@ const (
 )
 
 // minBusyPoll: an adaptive poll halved below this stops polling until
-// a wait ends within Config.BusyPoll again.
+// a wait ends within busyPollRestore times Config.BusyPoll again.
 const minBusyPoll = int64(time.Microsecond)
+
+// busyPollRestore: a wait that slept and ended within this many times
+// Config.BusyPoll restores the full poll.
+const busyPollRestore = 4
 
 // poll reads the socket, found empty, again and again until bytes come
 // or the adaptive poll (r.cur) has passed (Config.BusyPoll). It returns
