@@ -122,10 +122,12 @@ type Config struct {
 	// within four times BusyPoll restores it, so a socket whose peer is
 	// slower than that soon sleeps at once. It applies while the process runs at most 16
 	// sockets (as raw system calls do, rawread_linux.go), and every
-	// fourth poll yields the CPU to a thread queued on it. Polling costs
-	// CPU, up to BusyPoll per wait: it is for latency-bound peers with a
-	// few connections (Mercury's and CaRT's busy progress). Zero, the
-	// default, sleeps at once; at most 10 ms.
+	// poll yields the CPU now and then to a thread queued on it. Polling
+	// costs CPU, up to BusyPoll per wait: it is for latency-bound peers
+	// with a few connections and a request or so in flight (Mercury's
+	// and CaRT's busy progress); with many in flight on CPUs the work
+	// fills, the pollers take CPU from it. Zero, the default, sleeps at
+	// once; at most 10 ms.
 	BusyPoll time.Duration
 
 	// InitialBackoff is the first wait before a lossless connection
