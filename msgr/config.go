@@ -117,17 +117,18 @@ type Config struct {
 	// that arrives meanwhile costs no wake-up, which on a small VM costs
 	// more than the rest of a round trip when the kernel has put the
 	// two processes on different vCPUs, as it does whenever the other
-	// vCPU is idle (BENCHMARKS.md, "Busy polling"). It is adaptive: a
-	// poll that ends empty halves the next one, and a wait that ends
-	// within four times BusyPoll restores it, so a socket whose peer is
-	// slower than that soon sleeps at once. It applies while the process runs at most 16
-	// sockets (as raw system calls do, rawread_linux.go), and every
-	// poll yields the CPU now and then to a thread queued on it. Polling
-	// costs CPU, up to BusyPoll per wait: it is for latency-bound peers
-	// with a few connections and a request or so in flight (Mercury's
-	// and CaRT's busy progress); with many in flight on CPUs the work
-	// fills, the pollers take CPU from it. Zero, the default, sleeps at
-	// once; at most 10 ms.
+	// vCPU is idle (BENCHMARKS.md, "Small messages, session 17"). It is
+	// adaptive: a poll that ends empty halves the next one, and a wait
+	// that ends within four times BusyPoll restores it, so a socket
+	// whose peer is slower than that soon sleeps at once. It applies
+	// while the process runs at most 16 sockets (as raw system calls
+	// do, rawread_linux.go), and a poll yields the CPU now and then to a
+	// thread queued on it, and its P to the process's other goroutines.
+	// Polling costs CPU, up to BusyPoll per wait: it is for
+	// latency-bound peers with a few connections and a request or so in
+	// flight (Mercury's and CaRT's busy progress); with many in flight
+	// on CPUs the work fills, the pollers take CPU from it. Zero, the
+	// default, sleeps at once; at most 10 ms.
 	BusyPoll time.Duration
 
 	// InitialBackoff is the first wait before a lossless connection
