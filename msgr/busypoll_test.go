@@ -84,26 +84,7 @@ func TestBusyPollBacksOff(t *testing.T) {
 	}
 	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
 	const late = 20 * time.Millisecond
-	srv, err := msgr.New(msgr.Config{Transports: reg, Logger: quietLogger(), Name: msg.EntityName{Type: msg.EntityOSD}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.SetDefaultPolicy(msgr.StatelessServer())
-	srv.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
-		time.Sleep(late)
-		r := msg.New(m.Header.Type)
-		r.Header.Tid = m.Header.Tid
-		r.Front = m.Front
-		_ = m.Conn.Send(r)
-		return true
-	}))
-	if err := srv.Bind("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv := echoServerAfter(t, reg, "tcp://127.0.0.1:0", msgr.Config{}, func() { time.Sleep(late) })
 	cli, col := newClient(t, reg, msgr.Config{BusyPoll: time.Millisecond})
 	const rounds = 30
 	echoRounds(t, cli, col, srv, rounds)

@@ -34,6 +34,13 @@ func quietLogger() *slog.Logger {
 // its front and data, at the same priority, with the same tid.
 func echoServer(t testing.TB, reg *transport.Registry, addr string, cfg msgr.Config) *msgr.Messenger {
 	t.Helper()
+	return echoServerAfter(t, reg, addr, cfg, nil)
+}
+
+// echoServerAfter is echoServer that calls before, if not nil, ahead of
+// each reply.
+func echoServerAfter(t testing.TB, reg *transport.Registry, addr string, cfg msgr.Config, before func()) *msgr.Messenger {
+	t.Helper()
 	cfg.Name = msg.EntityName{Type: msg.EntityOSD, Num: 0}
 	cfg.Transports = reg
 	if cfg.Logger == nil {
@@ -45,6 +52,9 @@ func echoServer(t testing.TB, reg *transport.Registry, addr string, cfg msgr.Con
 	}
 	s.SetDefaultPolicy(msgr.StatelessServer())
 	s.AddDispatcherTail(msgr.DispatcherFunc(func(m *msg.Message) bool {
+		if before != nil {
+			before()
+		}
 		r := msg.New(m.Header.Type)
 		r.Header.Tid = m.Header.Tid
 		r.Header.Priority = m.Header.Priority
