@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,34 +45,42 @@ func echoRounds(t *testing.T, cli *msgr.Messenger, col *collector, srv *msgr.Mes
 }
 
 // TestBusyPoll: with Config.BusyPoll, the readers of both sides of a
-// round trip find the next message by polling rather than by sleeping
-// (counted as busy_poll_hits); without it nothing polls.
+// round trip over TCP or a Unix socket find the next message by polling
+// rather than by sleeping (counted as busy_poll_hits); without it
+// nothing polls.
 func TestBusyPoll(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("sockets are polled on Linux only")
 	}
-	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
+	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}), transport.NewUnix())
 	const rounds = 200
-	for _, busy := range []time.Duration{0, msgr.MaxBusyPoll} {
-		t.Run(fmt.Sprint("busy=", busy), func(t *testing.T) {
-			srv := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{BusyPoll: busy})
-			cli, col := newClient(t, reg, msgr.Config{BusyPoll: busy})
-			echoRounds(t, cli, col, srv, rounds)
-			ch, cs := pollCounts(cli)
-			sh, ss := pollCounts(srv)
-			t.Logf("client: %v hits, %v sleeps; server: %v hits, %v sleeps", ch, cs, sh, ss)
-			if busy == 0 {
-				if ch+cs+sh+ss != 0 {
-					t.Fatalf("polled without BusyPoll: client %v/%v, server %v/%v", ch, cs, sh, ss)
+	for _, listen := range []string{"tcp://127.0.0.1:0", "unix://" + filepath.Join(t.TempDir(), "poll.sock")} {
+		for _, busy := range []time.Duration{0, msgr.MaxBusyPoll} {
+			t.Run(fmt.Sprint(listen[:strings.Index(listen, ":")], "/busy=", busy), func(t *testing.T) {
+				addr := listen
+				if busy != 0 && strings.HasPrefix(listen, "unix://") {
+					addr += "2"
 				}
-				return
-			}
-			// Each side waits once per round for the other's message,
-			// well within 10 ms: nearly every wait ends in a hit.
-			if ch < rounds/2 || sh < rounds/2 {
-				t.Fatalf("client %v hits, server %v, in %d round trips: the readers slept", ch, sh, rounds)
-			}
-		})
+				srv := echoServer(t, reg, addr, msgr.Config{BusyPoll: busy})
+				cli, col := newClient(t, reg, msgr.Config{BusyPoll: busy})
+				echoRounds(t, cli, col, srv, rounds)
+				ch, cs := pollCounts(cli)
+				sh, ss := pollCounts(srv)
+				t.Logf("client: %v hits, %v sleeps; server: %v hits, %v sleeps", ch, cs, sh, ss)
+				if busy == 0 {
+					if ch+cs+sh+ss != 0 {
+						t.Fatalf("polled without BusyPoll: client %v/%v, server %v/%v", ch, cs, sh, ss)
+					}
+					return
+				}
+				// Each side waits once per round for the other's
+				// message, well within 10 ms: nearly every wait ends in
+				// a hit.
+				if ch < rounds/2 || sh < rounds/2 {
+					t.Fatalf("client %v hits, server %v, in %d round trips: the readers slept", ch, sh, rounds)
+				}
+			})
+		}
 	}
 }
 
