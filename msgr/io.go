@@ -121,9 +121,7 @@ func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
 					runtime.Gosched()
 				}
 				fr.fast = false
-				if c.ws.pending.Load() {
-					c.flushPending(r)
-				}
+				c.flushLeft(r)
 			}
 		}
 		if err := rr.acquireBG(r); err != nil {
@@ -153,9 +151,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			fr.fast = false
 			c.deferLocalSends()
 		}
-		if w.pending.Load() {
-			c.flushPending(r)
-		}
+		c.flushLeft(r)
 	}
 	if interruptible && m.budget.pressure() && r.role.isBG() {
 		if err := c.pauseIfOverShare(r); err != nil {

@@ -326,9 +326,7 @@ func (c *Conn) takeBudget(p *Policy, size int64, r *socketRun) (waited bool, err
 		p.ThrottleMessages.put(&h.msgs, 1)
 	}
 	c.m.met.throttleWait()
-	if c.ws.pending.Load() {
-		c.flushPending(r)
-	}
+	c.flushLeft(r)
 	if err := p.ThrottleMessages.get(c.ctx, &h.msgs, 1); err != nil {
 		return true, err
 	}

@@ -602,8 +602,8 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 			}
 			return errPeerClosed
 		}
-		if w.pending.Load() && br.Buffered() < n {
-			c.flushPending(r)
+		if br.Buffered() < n {
+			c.flushLeft(r)
 		}
 		var buf []byte
 		var held int64

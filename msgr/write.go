@@ -44,12 +44,14 @@ import "runtime"
 //     At one request in flight the caller reads its own reply (Await)
 //     and nothing is deferred.
 //   - Between Cork and Uncork (ws.corks), what is sent is left queued
-//     with ws.pending set in the same way, and Uncork writes it, in one
-//     write (flushPending), unless the reader role has meanwhile: the
-//     RPC layer's progress corks the connection while it runs a batch
-//     of completion callbacks, which send the next requests. The pair
-//     is Dekker's again (a sender stores pending then loads corks,
-//     Uncork decrements corks then loads pending). A goroutine that
+//     with ws.pending set in the same way, and the last Uncork writes
+//     it, in one write (flushPending); the reader role's own flushes
+//     (flushLeft) leave it, and what the role left with it, to Uncork:
+//     the RPC layer's progress corks the connection while it runs a
+//     batch of completion callbacks, which send the next requests. The
+//     pairs are Dekker's again (a sender stores pending then loads
+//     corks, Uncork decrements corks then loads pending; the role loads
+//     pending then corks, so a flush it skips is Uncork's to do). A goroutine that
 //     waits in Await while a cork is held writes what is pending first,
 //     so that a callback's own request is never held while it waits
 //     for its reply.
@@ -427,6 +429,16 @@ func (c *Conn) flushHeld() {
 		return
 	}
 	c.flushPending(r)
+}
+
+// flushLeft is the reader role's flush (before it waits for the socket
+// or for throttle budget, or yields after fairFrames): it writes what
+// was left for it (flushPending), unless a cork is held, in which case
+// the last Uncork writes it, with what the cork holds.
+func (c *Conn) flushLeft(r *socketRun) {
+	if c.ws.pending.Load() && c.ws.corks.Load() == 0 {
+		c.flushPending(r)
+	}
 }
 
 // flushPending writes, from the holder of the reader role, what was left
