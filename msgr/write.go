@@ -51,10 +51,10 @@ import "runtime"
 //     batch of completion callbacks, which send the next requests. The
 //     pairs are Dekker's again (a sender stores pending then loads
 //     corks, Uncork decrements corks then loads pending; the role loads
-//     pending then corks, so a flush it skips is Uncork's to do). A goroutine that
-//     waits in Await while a cork is held writes what is pending first,
-//     so that a callback's own request is never held while it waits
-//     for its reply.
+//     pending then corks, so a flush it skips is Uncork's to do). A
+//     goroutine that waits in Await while a cork is held writes what is
+//     pending first, so that a callback's own request is never held
+//     while it waits for its reply.
 //   - The writer goroutine (writeLoop, the seed's Pipe::Writer), which
 //     poke starts when there is work for it and which exits once it has
 //     drained it, writes what nobody else will: keepalives and their acks, replay after a

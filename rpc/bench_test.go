@@ -18,32 +18,7 @@ var benchProto = rpc.Protocol{Name: "bench", Base: 2, Version: 0, RPCs: []rpc.RP
 }}
 
 func benchSetup(b *testing.B) (*rpc.Context, rpc.Endpoint) {
-	srv, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Close() })
-	if err := srv.Register(benchProto); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := srv.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
-		b.Fatal(err)
-	}
-	cli, err := rpc.New(rpc.Options{Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	if err := cli.Register(benchProto); err != nil {
-		b.Fatal(err)
-	}
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		b.Fatal(err)
-	}
-	c, err := cli.NewContext(rpc.ContextOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, _, c := benchPair(b, rpc.Options{})
 	ep := rpc.Endpoint{}
 	for range 100 {
 		if err := c.Call(context.Background(), ep, rpc.MakeOpcode(2, 0, 0), nil, nil); err != nil {
@@ -51,6 +26,41 @@ func benchSetup(b *testing.B) (*rpc.Context, rpc.Endpoint) {
 		}
 	}
 	return c, ep
+}
+
+// benchPair starts a server instance on loopback TCP serving benchProto
+// and a client instance with a context for it as rank 0, both with the
+// options of o (Listen and Logger set here); tb's cleanup closes them.
+func benchPair(tb testing.TB, o rpc.Options) (srv, cli *rpc.Instance, c *rpc.Context) {
+	tb.Helper()
+	so := o
+	so.Listen, so.Logger = "tcp://127.0.0.1:0", quietLogger()
+	srv, err := rpc.New(so)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	if err := srv.Register(benchProto); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := srv.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
+		tb.Fatal(err)
+	}
+	o.Logger = quietLogger()
+	if cli, err = rpc.New(o); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	if err := cli.Register(benchProto); err != nil {
+		tb.Fatal(err)
+	}
+	if err := cli.Group().Add(0, srv.URI()); err != nil {
+		tb.Fatal(err)
+	}
+	if c, err = cli.NewContext(rpc.ContextOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	return srv, cli, c
 }
 
 func BenchmarkCallNull(b *testing.B) {

@@ -17,33 +17,7 @@ func TestBusyPollCall(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("sockets are polled on Linux only")
 	}
-	const busy = 10 * time.Millisecond
-	srv, err := rpc.New(rpc.Options{Listen: "tcp://127.0.0.1:0", Logger: quietLogger(), BusyPoll: busy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	if err := srv.Register(benchProto); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.NewContext(rpc.ContextOptions{Auto: true}); err != nil {
-		t.Fatal(err)
-	}
-	cli, err := rpc.New(rpc.Options{Logger: quietLogger(), BusyPoll: busy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	if err := cli.Register(benchProto); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Group().Add(0, srv.URI()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cli.NewContext(rpc.ContextOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cli, c := benchPair(t, rpc.Options{BusyPoll: 10 * time.Millisecond})
 	const calls = 200
 	for range calls {
 		if err := c.Call(context.Background(), rpc.Endpoint{}, rpc.MakeOpcode(2, 0, 0), nil, nil); err != nil {
