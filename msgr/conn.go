@@ -315,6 +315,7 @@ func (c *Conn) Send(m *msg.Message) error {
 		// Nothing was owed until now: the write side was caught up
 		// (what closeIfSlowConsumer measures from).
 		c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
+		c.ws.stamped = true
 	}
 	c.tryInline()
 	return nil

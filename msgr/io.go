@@ -711,8 +711,12 @@ type writeState struct {
 	vfn    func(uintptr) bool
 	vblock bool // wait for the socket (writer) rather than give up (inline)
 	hold   bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
-	vn     int
-	verr   error
+	// stamped: a Send to an empty queue stamped lastWrite since the last
+	// batch was collected (set and cleared under Conn.mu); fresh: so it
+	// did before this batch, which writeInline then need not stamp again.
+	stamped, fresh bool
+	vn             int
+	verr           error
 
 	// Reader-side flushing. rd is set while the reader goroutine runs a
 	// FastDispatcher: small messages sent meanwhile (typically the
@@ -768,6 +772,7 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 		w.batch = c.outq.popBatch(w.batch, batchBytes-total)
 	}
 	w.lossy = c.policy.Lossy
+	w.fresh, w.stamped = w.stamped, false
 	// Deferring data CRCs (crcFix) pays when the batch streams several
 	// messages; for a lone message it only adds a system call for the
 	// epilogue, which the receiver waits for anyway (1 MiB msgr round

@@ -316,7 +316,14 @@ func (c *Conn) writeInline(r *socketRun) {
 			return
 		}
 		done, err := w.writeOut(r, false)
-		c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
+		// A batch written whole after a Send to an empty queue stamped
+		// lastWrite leaves that stamp: it was taken just before (under
+		// the lock the batch was collected under, or at most the
+		// reader's burst earlier), and a clock reading costs 60-150 ns
+		// in the message path here.
+		if !done || !w.fresh {
+			c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
+		}
 		if err != nil {
 			w.done()
 			c.release()
