@@ -449,6 +449,10 @@ func (e *Engine) FramesIn() uint64 { return e.framesIn }
 // Err returns the error that closed the engine, if any.
 func (e *Engine) Err() error { return e.err }
 
+// InFrame reports whether the engine has read a frame's preamble and
+// needs its body next.
+func (e *Engine) InFrame() bool { return e.inFrame }
+
 // Need returns how many bytes Feed needs next, and whether the engine may
 // keep a reference to them (a message body, whose segments become the
 // message's buffers): if retain is true the caller must pass a buffer it
