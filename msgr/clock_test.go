@@ -1,44 +1,115 @@
-package msgr
+package msgr_test
 
 import (
-	"strings"
+	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferrymsg/ferry/msg"
+	"github.com/ferrymsg/ferry/msgr"
+	"github.com/ferrymsg/ferry/transport"
+	"github.com/ferrymsg/ferry/transport/inproc"
 )
 
-// TestSystemClockNow checks that SystemClock.Now, which derives the wall
-// time from one time.Now per sysResync, agrees with time.Now taken on
-// either side of it: monotonically within, and on the wall clock within
-// a millisecond (the two clocks only part on a wall-clock step).
-func TestSystemClockNow(t *testing.T) {
-	var c SystemClock
-	deadline := time.Now().Add(3 * sysResync) // across resyncs
-	for n := 0; time.Now().Before(deadline) || n < 1000; n++ {
-		a := time.Now()
-		got := c.Now()
-		b := time.Now()
-		if got.Before(a) || got.After(b) {
-			t.Fatalf("Now %v outside [%v, %v] (monotonic)", got, a, b)
+// fakeClock is a msgr.Clock that moves only when Advance is called.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c  *fakeClock
+	ch chan time.Time
+	at time.Time
+	on bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) msgr.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1), at: c.now.Add(d), on: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Advance moves the clock d on and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	var due []*fakeTimer
+	for _, t := range c.timers {
+		if t.on && !t.at.After(now) {
+			t.on = false
+			due = append(due, t)
 		}
-		if w := got.UnixNano(); w < a.UnixNano()-int64(time.Millisecond) || w > b.UnixNano()+int64(time.Millisecond) {
-			t.Fatalf("Now's wall time %d outside [%d, %d] ± 1 ms", w, a.UnixNano(), b.UnixNano())
-		}
-		if !strings.Contains(got.String(), " m=") {
-			t.Fatal("Now has no monotonic reading")
+	}
+	c.mu.Unlock()
+	for _, t := range due {
+		select {
+		case t.ch <- now:
+		default:
 		}
 	}
 }
 
-func BenchmarkSystemClockNow(b *testing.B) {
-	var c SystemClock
-	b.Run("impl=time.Now", func(b *testing.B) {
-		for b.Loop() {
-			_ = time.Now()
-		}
-	})
-	b.Run("impl=SystemClock", func(b *testing.B) {
-		for b.Loop() {
-			_ = c.Now()
-		}
-	})
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.on
+	t.on = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	t.at, t.on = t.c.now.Add(d), true
+}
+
+// TestInjectedClockKeepaliveTimeout: the keepalive timeout is decided on
+// Config.Clock. The client's clock jumps past the timeout without any
+// real time passing, and its socket is faulted for silence at its next
+// timer tick although the server is answering; with the clock still,
+// nothing times out however long the test waits.
+func TestInjectedClockKeepaliveTimeout(t *testing.T) {
+	reg := transport.NewRegistry(inproc.NewNetwork())
+	s := echoServer(t, reg, "inproc://", msgr.Config{})
+	clk := newFakeClock()
+	c, col := newClient(t, reg, msgr.Config{Clock: clk, KeepaliveInterval: 5 * time.Second, KeepaliveTimeout: 20 * time.Second})
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msg.New(testType)
+	if err := conn.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, col.ch)
+	time.Sleep(50 * time.Millisecond) // real time: the fake clock stands still
+	if st := conn.State(); st == "closed" {
+		t.Fatalf("connection %s with the clock still: %v", st, conn.Err())
+	}
+	clk.Advance(30 * time.Second) // fires the timer loop's tick at now+30s
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		// On the system clock the timeout would be 20 s away.
+		t.Fatal("no keepalive timeout after the clock moved past it")
+	}
+	if err := conn.Err(); !errors.Is(err, msgr.ErrKeepaliveTimeout) {
+		t.Fatalf("connection closed with %v, want ErrKeepaliveTimeout", err)
+	}
 }
