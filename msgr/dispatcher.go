@@ -24,7 +24,10 @@ func (f DispatcherFunc) Dispatch(m *msg.Message) bool { return f(m) }
 
 // FastDispatcher handles some messages inline on the connection's reader
 // goroutine (Ceph's ms_fast_dispatch), skipping the dispatch queue. It must
-// not block: while it runs, the connection reads nothing.
+// not block: while it runs, the connection reads nothing, and what other
+// goroutines send on it meanwhile waits for it to return, for the reader
+// writes it then, coalesced with the replies it sent (msgr/write.go);
+// only messages sent corked (Conn.Cork) are written by their Uncork.
 type FastDispatcher interface {
 	// CanFastDispatch reports whether FastDispatch takes m.
 	CanFastDispatch(m *msg.Message) bool
