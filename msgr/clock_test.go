@@ -113,3 +113,36 @@ func TestInjectedClockKeepaliveTimeout(t *testing.T) {
 		t.Fatalf("connection closed with %v, want ErrKeepaliveTimeout", err)
 	}
 }
+
+// TestCorkedInlineWriteStamps: a message sent corked and written by the
+// Uncork after the clock moved on stamps the slow-consumer clock at the
+// write, not only at the Send (an inline write skips its own stamp only
+// when it follows the Send's at once).
+func TestCorkedInlineWriteStamps(t *testing.T) {
+	reg := transport.Default
+	s := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})
+	clk := newFakeClock()
+	c, col := newClient(t, reg, msgr.Config{Clock: clk, KeepaliveInterval: -1, KeepaliveTimeout: -1})
+	conn, err := c.Connect(s.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Send(msg.New(testType)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, col.ch) // open, and caught up
+	conn.Cork()
+	if err := conn.Send(msg.New(testType)); err != nil {
+		t.Fatal(err)
+	}
+	sent := clk.Now().UnixNano()
+	if got := conn.LastWrite(); got != sent {
+		t.Fatalf("lastWrite %d after the Send, want %d", got, sent)
+	}
+	clk.Advance(10 * time.Second)
+	conn.Uncork()
+	recv(t, col.ch)
+	if got, want := conn.LastWrite(), clk.Now().UnixNano(); got != want {
+		t.Fatalf("lastWrite %d after the Uncork wrote, want %d (the Send's was %d)", got, want, sent)
+	}
+}

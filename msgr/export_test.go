@@ -45,3 +45,7 @@ func (c *Conn) Queued() int {
 
 // WaitContext is the context c's own waits use (connCtx), for tests.
 func (c *Conn) WaitContext() context.Context { return c.ctx }
+
+// LastWrite is c's slow-consumer clock: when (unix ns, Config.Clock) it
+// last wrote with progress or a Send found its queue empty.
+func (c *Conn) LastWrite() int64 { return c.lastWrite.Load() }

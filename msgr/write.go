@@ -251,6 +251,13 @@ func (c *Conn) inlineOK(r *socketRun) bool {
 // role if it is delivering (ws.rd), else the caller, now.
 func (c *Conn) tryInline() {
 	r := c.run
+	if c.owner != ownNone || !c.inlineOK(r) || c.ws.corks.Load() > 0 {
+		// Send's stamp of lastWrite spares writeInline its own only
+		// when writeInline collects now or once the reader has
+		// delivered (ws.rd: within its burst), not after a cork held
+		// for any length of time or another owner's writes.
+		c.ws.stamped = false
+	}
 	if c.owner != ownNone {
 		// The owner takes the message in its next batch; the writer
 		// goroutine is poked in case the owner is finishing a hand-off
