@@ -715,10 +715,10 @@ type writeState struct {
 	vfn    func(uintptr) bool
 	vblock bool // wait for the socket (writer) rather than give up (inline)
 	hold   bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
-	// stamped: a Send to an empty queue has just stamped lastWrite, and
-	// writes inline now or leaves it to the delivering reader (set and
-	// cleared under Conn.mu, see tryInline); fresh: so it did for this
-	// batch, which writeInline then need not stamp again.
+	// stamped: a Send to an empty queue has just stamped lastWrite and
+	// writes inline under the same hold of Conn.mu (set and cleared
+	// under it, see tryInline); fresh: so it did for this batch, which
+	// writeInline then need not stamp again.
 	stamped, fresh bool
 	vn             int
 	verr           error

@@ -251,17 +251,17 @@ func (c *Conn) inlineOK(r *socketRun) bool {
 // role if it is delivering (ws.rd), else the caller, now.
 func (c *Conn) tryInline() {
 	r := c.run
-	if c.owner != ownNone || !c.inlineOK(r) || c.ws.corks.Load() > 0 {
-		// Send's stamp of lastWrite spares writeInline its own only
-		// when writeInline collects now or once the reader has
-		// delivered (ws.rd: within its burst), not after a cork held
-		// for any length of time or another owner's writes.
-		c.ws.stamped = false
-	}
+	w := &c.ws
+	// Send's stamp of lastWrite (ws.stamped) spares writeInline its own
+	// only when writeInline collects under this same hold of c.mu: every
+	// path that leaves the message to someone else clears it (a cork may
+	// hold it, or the reader leave it to an Uncork, for any length of
+	// time).
 	if c.owner != ownNone {
 		// The owner takes the message in its next batch; the writer
 		// goroutine is poked in case the owner is finishing a hand-off
 		// or stops after inlineRounds without having seen it.
+		w.stamped = false
 		own := c.owner
 		c.mu.Unlock()
 		if own != ownInline {
@@ -271,14 +271,15 @@ func (c *Conn) tryInline() {
 	}
 	if !c.inlineOK(r) {
 		// Not open, replaying, or not a socket: the writer goroutine.
+		w.stamped = false
 		c.mu.Unlock()
 		c.poke()
 		return
 	}
-	w := &c.ws
 	if w.rd.Load() || w.corks.Load() > 0 {
 		w.pending.Store(true)
 		if w.rd.Load() || w.corks.Load() > 0 {
+			w.stamped = false
 			c.mu.Unlock()
 			return
 		}
@@ -323,11 +324,10 @@ func (c *Conn) writeInline(r *socketRun) {
 			return
 		}
 		done, err := w.writeOut(r, false)
-		// A batch written whole after a Send to an empty queue stamped
-		// lastWrite leaves that stamp: it was taken just before (under
-		// the lock the batch was collected under, or at most the
-		// reader's burst earlier), and a clock reading costs 60-150 ns
-		// in the message path here.
+		// A batch written whole right after a Send to an empty queue
+		// stamped lastWrite (under the hold of c.mu the batch was
+		// collected under) leaves that stamp: a clock reading costs
+		// 60-150 ns in the message path here.
 		if !done || !w.fresh {
 			c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
 		}
