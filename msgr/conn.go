@@ -311,13 +311,13 @@ func (c *Conn) Send(m *msg.Message) error {
 		return ErrSendBudget
 	}
 	c.outq.push(m)
-	if c.outq.n == 1 {
+	stamped := c.outq.n == 1
+	if stamped {
 		// Nothing was owed until now: the write side was caught up
 		// (what closeIfSlowConsumer measures from).
 		c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
-		c.ws.stamped = true
 	}
-	c.tryInline()
+	c.tryInline(stamped)
 	return nil
 }
 

@@ -286,7 +286,7 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 			c.mu.Lock()
 			c.sendKAAck = true
 			c.kaAckStamp = ev.Stamp
-			c.tryInline() // written now, without starting the writer goroutine, if the side is free
+			c.tryInline(false) // written now, without starting the writer goroutine, if the side is free
 		case msgr2.EvKeepaliveAck:
 			c.lastKeepaliveAck.Store(int64(ev.Stamp.Sec)*1e9 + int64(ev.Stamp.Nsec))
 			c.m.met.keepaliveAcked(unixTime(c.lastKeepaliveAck.Load()), c.m.cfg.Clock.Now())
@@ -715,13 +715,8 @@ type writeState struct {
 	vfn    func(uintptr) bool
 	vblock bool // wait for the socket (writer) rather than give up (inline)
 	hold   bool // the reader goroutine keeps rd set between frames (holdLocalSends); its own
-	// stamped: a Send to an empty queue has just stamped lastWrite and
-	// writes inline under the same hold of Conn.mu (set and cleared
-	// under it, see tryInline); fresh: so it did for this batch, which
-	// writeInline then need not stamp again.
-	stamped, fresh bool
-	vn             int
-	verr           error
+	vn     int
+	verr   error
 
 	// Reader-side flushing. rd is set while the reader goroutine runs a
 	// FastDispatcher: small messages sent meanwhile (typically the
@@ -777,7 +772,6 @@ func (c *Conn) collectLocked(w *writeState, e *msgr2.Engine) bool {
 		w.batch = c.outq.popBatch(w.batch, batchBytes-total)
 	}
 	w.lossy = c.policy.Lossy
-	w.fresh, w.stamped = w.stamped, false
 	// Deferring data CRCs (crcFix) pays when the batch streams several
 	// messages; for a lone message it only adds a system call for the
 	// epilogue, which the receiver waits for anyway (1 MiB msgr round

@@ -248,20 +248,15 @@ func (c *Conn) inlineOK(r *socketRun) bool {
 // tryInline is called by Send with c.mu held after queueing; it releases
 // c.mu. It decides who writes what is queued (see the protocol above):
 // nobody new if the side is owned (the owner collects it), the reader
-// role if it is delivering (ws.rd), else the caller, now.
-func (c *Conn) tryInline() {
+// role if it is delivering (ws.rd), else the caller, now. stamped: the
+// caller has just stamped lastWrite, under this hold of c.mu, which then
+// stands for the inline write's own stamp (writeInline).
+func (c *Conn) tryInline(stamped bool) {
 	r := c.run
-	w := &c.ws
-	// Send's stamp of lastWrite (ws.stamped) spares writeInline its own
-	// only when writeInline collects under this same hold of c.mu: every
-	// path that leaves the message to someone else clears it (a cork may
-	// hold it, or the reader leave it to an Uncork, for any length of
-	// time).
 	if c.owner != ownNone {
 		// The owner takes the message in its next batch; the writer
 		// goroutine is poked in case the owner is finishing a hand-off
 		// or stops after inlineRounds without having seen it.
-		w.stamped = false
 		own := c.owner
 		c.mu.Unlock()
 		if own != ownInline {
@@ -271,15 +266,14 @@ func (c *Conn) tryInline() {
 	}
 	if !c.inlineOK(r) {
 		// Not open, replaying, or not a socket: the writer goroutine.
-		w.stamped = false
 		c.mu.Unlock()
 		c.poke()
 		return
 	}
+	w := &c.ws
 	if w.rd.Load() || w.corks.Load() > 0 {
 		w.pending.Store(true)
 		if w.rd.Load() || w.corks.Load() > 0 {
-			w.stamped = false
 			c.mu.Unlock()
 			return
 		}
@@ -287,7 +281,7 @@ func (c *Conn) tryInline() {
 		// at pending already: write it here.
 		w.pending.Store(false)
 	}
-	c.writeInline(r)
+	c.writeInline(r, stamped)
 }
 
 // nextBatchLocked collects the next batch into c.ws for owner, who then
@@ -316,10 +310,11 @@ func (c *Conn) nextBatchLocked(r *socketRun, owner uint8) (ok, failed bool) {
 // writeInline writes what is queued from the calling goroutine, batch by
 // batch, each with one non-blocking write or writev, while the socket
 // takes them whole. c.mu is held on entry, with the write side free and r
-// open; it is released on return.
-func (c *Conn) writeInline(r *socketRun) {
+// open; it is released on return. stamped: lastWrite was stamped under
+// this hold of c.mu (tryInline).
+func (c *Conn) writeInline(r *socketRun, stamped bool) {
 	w := &c.ws
-	for round := 0; ; round++ {
+	for round := 0; ; round, stamped = round+1, false {
 		if ok, _ := c.nextBatchLocked(r, ownInline); !ok {
 			return
 		}
@@ -328,7 +323,7 @@ func (c *Conn) writeInline(r *socketRun) {
 		// stamped lastWrite (under the hold of c.mu the batch was
 		// collected under) leaves that stamp: a clock reading costs
 		// 60-150 ns in the message path here.
-		if !done || !w.fresh {
+		if !done || !stamped {
 			c.lastWrite.Store(c.m.cfg.Clock.Now().UnixNano())
 		}
 		if err != nil {
@@ -469,5 +464,5 @@ func (c *Conn) flushPending(r *socketRun) {
 		}
 		return
 	}
-	c.writeInline(r)
+	c.writeInline(r, false)
 }
