@@ -66,10 +66,21 @@ func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
 		lastFrame: now, lastMsg: now}
 }
 
-// fairFrames is how many frames a reader goroutine reads in a row from
-// its buffer, without waiting for the socket, before it lets other
-// goroutines run.
+// fairFrames is how many whole frames a caller holding the reader role
+// delivers from the buffer before it gives the role up (drainBuffered).
 const fairFrames = 16
+
+// burstFrames is how many frames a reader goroutine reads in a row from
+// its buffer, without waiting for the socket, before it writes what it
+// was left to write (flushLeft) and lets other goroutines run. The
+// write keeps both peers busy at depth: with 16 requests in flight the
+// replies to the first 8 of a burst reach the peer while the reader
+// answers the rest, where a write per 16 frames made the two processes
+// take turns (BENCHMARKS.md, "16 in flight, session 19": 8 frames gave
+// the most RPCs per second, 4 and 2 fewer, each write costing ~10 µs).
+// The yield keeps a peer that keeps the socket full from holding the
+// processor for the scheduler's whole time slice (10 ms).
+const burstFrames = 8
 
 // readLoop is the socket's reader goroutine: it holds the reader role
 // whenever no waiting goroutine has taken it (readrole.go), and reads
@@ -108,14 +119,15 @@ func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
 			}
 			if fr.br.Buffered() == 0 {
 				burst = 0
-			} else if burst++; burst == fairFrames {
+			} else if burst++; burst == burstFrames {
 				// A peer that keeps the socket full would hold the
 				// processor for the scheduler's whole time slice (10
 				// ms), an honest connection's turn waiting behind every
 				// such reader's: give it to the others.
 				// What the callers it delivered to send meanwhile is
 				// written now, not once the buffer drains, which a
-				// peer keeping it full could put off for good.
+				// peer keeping it full could put off for good, and
+				// which at depth would leave the peer idle meanwhile.
 				burst = 0
 				if !fr.fast || !c.deferLocalSends() {
 					runtime.Gosched()
