@@ -66,20 +66,18 @@ func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
 		lastFrame: now, lastMsg: now}
 }
 
-// fairFrames is how many whole frames a caller holding the reader role
-// delivers from the buffer before it gives the role up (drainBuffered).
-const fairFrames = 16
-
 // burstFrames is how many frames a reader goroutine reads in a row from
 // its buffer, without waiting for the socket, before it writes what it
-// was left to write (flushLeft) and lets other goroutines run. The
-// write keeps both peers busy at depth: with 16 requests in flight the
-// replies to the first 8 of a burst reach the peer while the reader
-// answers the rest, where a write per 16 frames made the two processes
-// take turns (BENCHMARKS.md, "16 in flight, session 19": 8 frames gave
-// the most RPCs per second, 4 and 2 fewer, each write costing ~10 µs).
-// The yield keeps a peer that keeps the socket full from holding the
-// processor for the scheduler's whole time slice (10 ms).
+// was left to write (flushLeft) and lets other goroutines run, and how
+// many buffered frames a caller holding the reader role delivers before
+// it gives the role up (drainBuffered). The write keeps both peers busy
+// at depth: with 16 requests in flight the replies to the first 8 of a
+// burst reach the peer while the reader answers the rest, where a write
+// per 16 frames made the two processes take turns (BENCHMARKS.md, "16
+// in flight, session 19": 8 frames gave the most RPCs per second, 4 and
+// 2 fewer, each write costing ~10 µs). The yield keeps a peer that
+// keeps the socket full from holding the processor for the scheduler's
+// whole time slice (10 ms).
 const burstFrames = 8
 
 // readLoop is the socket's reader goroutine: it holds the reader role
