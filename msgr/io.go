@@ -66,19 +66,23 @@ func (c *Conn) newFrameReader(r *socketRun, br *bufio.Reader) *frameReader {
 		lastFrame: now, lastMsg: now}
 }
 
-// burstFrames is how many frames a reader goroutine reads in a row from
+// burstReads is how many reads a reader goroutine makes in a row from
 // its buffer, without waiting for the socket, before it writes what it
-// was left to write (flushLeft) and lets other goroutines run, and how
-// many buffered frames a caller holding the reader role delivers before
-// it gives the role up (drainBuffered). The write keeps both peers busy
-// at depth: with 16 requests in flight the replies to the first 8 of a
-// burst reach the peer while the reader answers the rest, where a write
-// per 16 frames made the two processes take turns (BENCHMARKS.md, "16
-// in flight, session 19": 8 frames gave the most RPCs per second, 4 and
-// 2 fewer, each write costing ~10 µs). The yield keeps a peer that
-// keeps the socket full from holding the processor for the scheduler's
-// whole time slice (10 ms).
-const burstFrames = 8
+// was left to write (flushLeft) and lets other goroutines run. A read
+// is one step: a frame's preamble or its body, so 8 reads are 4 message
+// frames. The write keeps both peers busy at depth: with 16 requests in
+// flight the replies to the first 4 of a burst reach the peer while the
+// reader answers the rest, where a write per 8 frames made the two
+// processes take turns (BENCHMARKS.md, "16 in flight, session 19": 8
+// reads gave the most RPCs per second, 4 and 2 fewer, each write
+// costing ~10 µs). The yield keeps a peer that keeps the socket full
+// from holding the processor for the scheduler's whole time slice (10
+// ms).
+const burstReads = 8
+
+// drainFrames is how many whole buffered frames a caller holding the
+// reader role delivers before it gives the role up (drainBuffered).
+const drainFrames = 8
 
 // readLoop is the socket's reader goroutine: it holds the reader role
 // whenever no waiting goroutine has taken it (readrole.go), and reads
@@ -117,7 +121,7 @@ func (c *Conn) readFrames(r *socketRun, fr *frameReader) error {
 			}
 			if fr.br.Buffered() == 0 {
 				burst = 0
-			} else if burst++; burst == burstFrames {
+			} else if burst++; burst == burstReads {
 				// A peer that keeps the socket full would hold the
 				// processor for the scheduler's whole time slice (10
 				// ms), an honest connection's turn waiting behind every

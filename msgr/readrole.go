@@ -460,7 +460,7 @@ func (c *Conn) readFailed(r *socketRun, err error) {
 }
 
 // drainBuffered is called by a caller holding the role whose wait is
-// over: it delivers the whole frames already buffered, up to burstFrames,
+// over: it delivers the whole frames already buffered, up to drainFrames,
 // before it gives the role up, so that what they make ready (the
 // replies of other requests in flight, queued for the RPC layer's
 // progress) is there at once rather than one frame per Await, and the
@@ -469,7 +469,7 @@ func (c *Conn) readFailed(r *socketRun, err error) {
 // given the role up and failed the socket.
 func (c *Conn) drainBuffered(r *socketRun, fr *frameReader) error {
 	e := r.e
-	for range burstFrames {
+	for range drainFrames {
 		b, _ := fr.br.Peek(fr.br.Buffered())
 		n, ok := e.NextFrameLen(b)
 		if !ok || n > len(b) || !c.budgetFree(&fr.pol, int64(n)) {

@@ -380,10 +380,10 @@ func (c *Conn) dropHold() {
 
 // deferLocalSends is called by the holder of the reader role that has
 // delivered messages to a FastDispatcher and is about to wait for the
-// socket, or to yield the processor after reading burstFrames frames in a
-// row, before it writes what is pending (flushPending). If goroutines
-// other than a caller holding the role wait in Await on c, the delivery
-// has probably woken some: the holder yields the processor once so they
+// socket, or to yield the processor after burstReads reads from its
+// buffer in a row, before it writes what is pending (flushPending). If
+// goroutines other than a caller holding the role wait in Await on c,
+// the delivery has probably woken some: the holder yields once so they
 // run now, and what they send meanwhile, with ws.rd set, is left for its
 // flushPending, one write for them all (see the protocol above). The
 // yield puts the holder behind the goroutines runnable here, which it
@@ -441,7 +441,7 @@ func (c *Conn) flushHeld() {
 }
 
 // flushLeft is the reader role's flush (before it waits for the socket
-// or for throttle budget, or yields after burstFrames): it writes what
+// or for throttle budget, or yields after burstReads): it writes what
 // was left for it (flushPending), unless a cork is held, in which case
 // the last Uncork writes it, with what the cork holds.
 func (c *Conn) flushLeft(r *socketRun) {

@@ -575,7 +575,7 @@ func testFloodRPC(t *testing.T, kind, sizes string, peerBudget int64) {
 		}
 		// The issue asks for under 2 s. The first run starts as the 32
 		// flooders are at full speed: before readers yielded every
-		// burstFrames frames (msgr), its slowest RPC took 1.3-3.9 s,
+		// few frames (msgr's burstReads), its slowest RPC took 1.3-3.9 s,
 		// each honest turn waiting behind every flooding reader's full
 		// time slice; since, 0.6-1.24 s (rpc) and 0.39-0.59 s (bulk) on
 		// the 2-vCPU VM. Latency is reported, not asserted (a loaded
