@@ -119,7 +119,7 @@ func TestAuthFallback(t *testing.T) {
 			for _, e := range []*Engine{c.e, s.e} {
 				if r := e.AuthResult(); r.Method != tc.method || e.ConMode() != tc.mode || !e.Authenticated() {
 					t.Fatalf("%s: method %d mode %d authed %v, want method %d mode %d",
-						e.cfg.Role, r.Method, e.ConMode(), e.Authenticated(), tc.method, tc.mode)
+						e.role, r.Method, e.ConMode(), e.Authenticated(), tc.method, tc.mode)
 				}
 			}
 			// Messages flow in the mode chosen.

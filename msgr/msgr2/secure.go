@@ -112,6 +112,11 @@ type SecureTx struct {
 // safe for concurrent use.
 type SecureRx struct {
 	d *secureDir
+	// inline is where an Engine keeps the first segment's inline bytes
+	// between a frame's preamble and its body (OpenPreamble, OpenBody):
+	// here rather than in the Engine, which crc-mode connections keep
+	// without it.
+	inline [secureInline]byte
 }
 
 // NewSecure returns the sealer and opener for a connection whose role is
