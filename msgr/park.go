@@ -143,7 +143,8 @@ func (fr *frameReader) quiet() bool {
 }
 
 // parkLocked parks the reader goroutine, which holds the role with
-// nothing buffered: it gives the read buffer back, has the poller (or a
+// nothing buffered: it gives the read buffer back (and lets go of the
+// frame reader's scratch and the engine's events), has the poller (or a
 // goroutine of its own) watch the socket, trims the write state, and
 // returns errParked, on which the goroutine unwinds and exits. A reader
 // started anew may run as soon as rr.mu is released: nothing of the
@@ -151,6 +152,10 @@ func (fr *frameReader) quiet() bool {
 func (rr *readRole) parkLocked(r *socketRun, fr *frameReader) (bool, error) {
 	br := fr.br
 	fr.br, fr.read = nil, false
+	// The control-frame scratch and the engine's event array: a resumed
+	// reader allocates them again (BenchmarkIdleConnections).
+	fr.scratch = nil
+	r.e.Trim()
 	rr.waiting, rr.parked = true, true
 	rr.watched = poller.watch(r)
 	if !rr.watched {

@@ -515,6 +515,13 @@ func (e *Engine) fail(err error) error {
 	return e.err
 }
 
+// Trim lets go of the event array the engine reuses from one Feed to
+// the next, for a connection about to sit idle: ten thousand idle
+// connections need not keep one each (96 bytes). The next Feed
+// allocates it again. Call it between Feed calls, from the goroutine
+// that calls Feed.
+func (e *Engine) Trim() { e.events = nil }
+
 // Feed consumes exactly the number of bytes Need asked for and returns the
 // events they produced (valid until the next call). Any error is fatal to
 // the connection: the caller closes it and logs the reason.
