@@ -121,9 +121,10 @@ func (c *Conn) pauseIfOverShare(r *socketRun) error {
 		"conn", c.id, "queued", mine, "share", b.share())
 	t := c.m.cfg.Clock.NewTimer(pauseCheck)
 	defer t.Stop()
+	stop := r.stopCh()
 	for {
 		select {
-		case <-r.stop:
+		case <-stop:
 			return net.ErrClosed
 		case <-c.ctx.Done():
 			return net.ErrClosed

@@ -442,10 +442,17 @@ type socketRun struct {
 	tw  transport.TryWriter // for inline writes when nc is not a socket but has them (shm); else nil
 	cw  transport.CRCWriter // checksums data as it copies it (shm); nil on sockets
 
-	e    *msgr2.Engine
-	v1   *msgr1.Engine // instead of e on a msgr1 socket (v1.go)
-	stop chan struct{} // closed by fail: the writer stops
-	done chan struct{} // closed when reader and writer have exited
+	e  *msgr2.Engine
+	v1 *msgr1.Engine // instead of e on a msgr1 socket (v1.go)
+	// stop is closed by fail (the writer stops), done by finish (reader
+	// and writer have exited). Each is made by its first waiter
+	// (stopCh, doneCh), or set to closedChan by a fail or finish that
+	// comes first: most sockets are never waited on, and ten thousand
+	// idle connections need not keep two channels each (96 bytes each).
+	chMu   sync.Mutex
+	stop   chan struct{}
+	done   chan struct{}
+	failed atomic.Bool // fail has run: stop is closed (for polling without the channel)
 
 	once sync.Once
 	err  error // why it failed (set before the socket is closed)
@@ -465,7 +472,10 @@ type socketRun struct {
 func (r *socketRun) fail(err error) {
 	r.once.Do(func() {
 		r.err = err
-		close(r.stop)
+		r.chMu.Lock()
+		closeOrSet(&r.stop)
+		r.chMu.Unlock()
+		r.failed.Store(true)
 		_ = r.nc.Close()
 		r.role.wakeParked(r)
 	})
@@ -484,8 +494,48 @@ var openRuns atomic.Int32
 // finish marks the run ended: its reader and writer are done.
 func (r *socketRun) finish() {
 	openRuns.Add(-1)
-	close(r.done)
+	r.chMu.Lock()
+	closeOrSet(&r.done)
+	r.chMu.Unlock()
 }
+
+// stopCh returns a channel closed when the socket has failed.
+func (r *socketRun) stopCh() <-chan struct{} {
+	r.chMu.Lock()
+	defer r.chMu.Unlock()
+	if r.stop == nil {
+		r.stop = make(chan struct{})
+	}
+	return r.stop
+}
+
+// doneCh returns a channel closed when the run has ended (finish).
+func (r *socketRun) doneCh() <-chan struct{} {
+	r.chMu.Lock()
+	defer r.chMu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	return r.done
+}
+
+// closeOrSet closes *ch if a waiter made it, else sets it to closedChan.
+// Called once per channel, with socketRun.chMu held.
+func closeOrSet(ch *chan struct{}) {
+	if *ch == nil {
+		*ch = closedChan
+		return
+	}
+	close(*ch)
+}
+
+// closedChan is a closed channel: what stopCh and doneCh return once
+// their event has happened, without a channel of the run's own.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // newRun returns the run of socket nc; src is what its handshake read
 // it through (socketSource), nil for a new one.
@@ -493,7 +543,7 @@ func newRun(nc net.Conn, e *msgr2.Engine, src io.Reader) *socketRun {
 	if src == nil {
 		src = socketSource(nc)
 	}
-	r := &socketRun{nc: nc, src: src, e: e, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &socketRun{nc: nc, src: src, e: e}
 	openRuns.Add(1)
 	if sc, ok := nc.(syscall.Conn); ok && rawSockets {
 		if raw, err := sc.SyscallConn(); err == nil {

@@ -229,14 +229,15 @@ func (rr *readRole) isBG() bool {
 // acquireBG waits until the reader goroutine may hold the role again. It
 // returns the error a caller's read ended with, if one did.
 func (rr *readRole) acquireBG(r *socketRun) error {
-	stop := r.stop
+	var stop <-chan struct{} // fetched before the first wait (stopCh makes it)
+	failed := false          // stop was closed
 	for {
 		rr.mu.Lock()
 		if err := rr.err; err != nil {
 			rr.mu.Unlock()
 			return err
 		}
-		if rr.holder == roleFree && (!rr.lingering || stop == nil) {
+		if rr.holder == roleFree && (!rr.lingering || failed) {
 			rr.holder = roleBG
 			rr.lingering = false
 			rr.mu.Unlock()
@@ -247,6 +248,9 @@ func (rr *readRole) acquireBG(r *socketRun) error {
 		}
 		bg, linger := rr.bg, rr.lingerTimerLocked().C
 		rr.mu.Unlock()
+		if stop == nil && !failed {
+			stop = r.stopCh()
+		}
 		select {
 		case <-bg:
 		case <-linger:
@@ -263,7 +267,7 @@ func (rr *readRole) acquireBG(r *socketRun) error {
 			rr.mu.Unlock()
 		case <-stop:
 			// The socket failed: read it to the error at once.
-			stop = nil
+			stop, failed = nil, true
 		}
 	}
 }

@@ -677,7 +677,7 @@ func (c *Conn) takeover(nc net.Conn, e *msgr2.Engine) *socketRun {
 	c.mu.Unlock()
 	if old != nil {
 		old.fail(ErrReplaced)
-		<-old.done
+		<-old.doneCh()
 	}
 	c.m.injectInternalDelay()
 	c.mu.Lock()

@@ -522,7 +522,7 @@ func (c *Conn) takeoverV1(nc net.Conn, e *msgr1.Engine) *socketRun {
 	c.mu.Unlock()
 	if old != nil {
 		old.fail(ErrReplaced)
-		<-old.done
+		<-old.doneCh()
 	}
 	c.m.injectInternalDelay()
 	c.mu.Lock()

@@ -90,6 +90,7 @@ const inlineRounds = 4
 // owns the write side, which then writes it.
 func (c *Conn) writeLoop(r *socketRun) {
 	w := &c.ws
+	var stop <-chan struct{} // r.stopCh(), fetched when the loop first blocks on it
 	inj := c.m.cfg.Inject.SocketFailures
 	// Every way out but writerIdle's gives the writer's flag up, so that
 	// the next poke starts another: one returning because the socket is
@@ -108,9 +109,10 @@ func (c *Conn) writeLoop(r *socketRun) {
 		case <-c.wake: // this goroutine is the answer to that poke
 		default:
 		}
-		select {
-		case <-r.stop:
+		if r.failed.Load() {
 			return
+		}
+		select {
 		case <-c.ctx.Done():
 			return
 		default:
@@ -168,9 +170,12 @@ func (c *Conn) writeLoop(r *socketRun) {
 			// message rather than being started anew for each (on
 			// inproc every message goes through it; on shm, which
 			// takes inline writes, the rest of a partial one).
+			if stop == nil {
+				stop = r.stopCh()
+			}
 			select {
 			case <-c.wake:
-			case <-r.stop:
+			case <-stop:
 				return
 			case <-c.ctx.Done():
 				return
