@@ -322,9 +322,10 @@ func (fr *frameReader) step(interruptible bool) (yield bool, err error) {
 		w.pending.Store(true)
 	}
 	if br.Size() < readBufSize {
-		// Frames arriving faster than they are read: a large buffer,
-		// fewer reads from the socket.
-		if br.Buffered() == 0 {
+		// Frames arriving faster than they are read, or frames larger
+		// than the small buffer (each then takes a read of its own past
+		// it): a large buffer, fewer reads from the socket.
+		if n <= br.Size() && br.Buffered() == 0 {
 			fr.ahead = 0
 		} else if fr.ahead++; fr.ahead >= growAfter {
 			fr.growReadBuf()

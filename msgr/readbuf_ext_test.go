@@ -58,3 +58,36 @@ func TestReadBufferGrowsUnderBursts(t *testing.T) {
 		t.Fatal("no reader took a large buffer for a burst of 2,000 messages")
 	}
 }
+
+// TestReadBufferGrowsForLargeFrames: messages larger than the small
+// buffer, one at a time, each take a read of their own past it; after a
+// few in a row the reader takes the large buffer (one read a frame
+// again), and every message arrives whole.
+func TestReadBufferGrowsForLargeFrames(t *testing.T) {
+	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
+	srv := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})
+	cli, col := newClient(t, reg, msgr.Config{})
+	conn, err := cli.Connect(srv.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := msgr.ReadBufGrows()
+	for i := range 8 {
+		m := msg.New(testType)
+		m.Header.Tid = uint64(i)
+		b := bytes.Repeat([]byte{byte(i)}, 2<<10)
+		m.Front = msg.Buffers{b}
+		if err := conn.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		r := recv(t, col.ch)
+		if r.Header.Tid != uint64(i) || !bytes.Equal(r.Front.Bytes(), b) {
+			t.Fatalf("echo %d: tid %d, %d bytes", i, r.Header.Tid, r.Front.Len())
+		}
+		r.Done()
+	}
+	// Both readers (the server's and the client's) saw 8 frames of 2 KiB.
+	if g := msgr.ReadBufGrows() - before; g < 2 {
+		t.Fatalf("%d readers took a large buffer for 2 KiB messages one at a time, want 2", g)
+	}
+}

@@ -442,6 +442,7 @@ type size struct {
 
 var (
 	size64  = size{"64", 64}
+	size2K  = size{"2KiB", 2 << 10}
 	size1M  = size{"1MiB", 1 << 20}
 	payload = func() []byte {
 		p := make([]byte, 1<<20)
@@ -458,7 +459,7 @@ var (
 // second; p50-µs and p99-µs are per round trip (window 1 only).
 
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, sz := range []size{size64, size1M} {
+	for _, sz := range []size{size64, size2K, size1M} {
 		b.Run("size="+sz.name, func(b *testing.B) {
 			b.Run("impl=raw", func(b *testing.B) { benchRaw(b, sz.n, 1) })
 			b.Run("impl=ferry", func(b *testing.B) { benchFerry(b, sz.n, 1, false) })
