@@ -500,23 +500,19 @@ func (r *socketRun) finish() {
 }
 
 // stopCh returns a channel closed when the socket has failed.
-func (r *socketRun) stopCh() <-chan struct{} {
-	r.chMu.Lock()
-	defer r.chMu.Unlock()
-	if r.stop == nil {
-		r.stop = make(chan struct{})
-	}
-	return r.stop
-}
+func (r *socketRun) stopCh() <-chan struct{} { return r.lazyCh(&r.stop) }
 
 // doneCh returns a channel closed when the run has ended (finish).
-func (r *socketRun) doneCh() <-chan struct{} {
+func (r *socketRun) doneCh() <-chan struct{} { return r.lazyCh(&r.done) }
+
+// lazyCh returns *ch, made now if no waiter or event has set it.
+func (r *socketRun) lazyCh(ch *chan struct{}) <-chan struct{} {
 	r.chMu.Lock()
 	defer r.chMu.Unlock()
-	if r.done == nil {
-		r.done = make(chan struct{})
+	if *ch == nil {
+		*ch = make(chan struct{})
 	}
-	return r.done
+	return *ch
 }
 
 // closeOrSet closes *ch if a waiter made it, else sets it to closedChan.

@@ -15,13 +15,7 @@ import (
 // messages arrives faster than it reads them, and every message arrives
 // whole and in order across the change.
 func TestReadBufferGrowsUnderBursts(t *testing.T) {
-	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
-	srv := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})
-	cli, col := newClient(t, reg, msgr.Config{})
-	conn, err := cli.Connect(srv.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, col := tcpEchoPair(t)
 	body := func(i int) []byte {
 		return []byte(fmt.Sprintf("message %04d %s", i, bytes.Repeat([]byte{byte(i)}, i%300)))
 	}
@@ -64,13 +58,7 @@ func TestReadBufferGrowsUnderBursts(t *testing.T) {
 // few in a row the reader takes the large buffer (one read a frame
 // again), and every message arrives whole.
 func TestReadBufferGrowsForLargeFrames(t *testing.T) {
-	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
-	srv := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})
-	cli, col := newClient(t, reg, msgr.Config{})
-	conn, err := cli.Connect(srv.ListenAddrs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, col := tcpEchoPair(t)
 	before := msgr.ReadBufGrows()
 	for i := range 8 {
 		m := msg.New(testType)
@@ -90,4 +78,18 @@ func TestReadBufferGrowsForLargeFrames(t *testing.T) {
 	if g := msgr.ReadBufGrows() - before; g < 2 {
 		t.Fatalf("%d readers took a large buffer for 2 KiB messages one at a time, want 2", g)
 	}
+}
+
+// tcpEchoPair connects a client to an echo server over TCP, returning the
+// client's connection and the collector of its echoes.
+func tcpEchoPair(t *testing.T) (*msgr.Conn, *collector) {
+	t.Helper()
+	reg := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
+	srv := echoServer(t, reg, "tcp://127.0.0.1:0", msgr.Config{})
+	cli, col := newClient(t, reg, msgr.Config{})
+	conn, err := cli.Connect(srv.ListenAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, col
 }
