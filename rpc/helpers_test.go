@@ -1,6 +1,7 @@
 package rpc_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -114,6 +115,13 @@ func checkGoroutines(t *testing.T) {
 			if time.Now().After(deadline) {
 				buf := make([]byte, 1<<20)
 				buf = buf[:runtime.Stack(buf, true)]
+				// In a synctest bubble the deadline is virtual and passes
+				// at once while a goroutine outside the bubble is still
+				// exiting: count what the dump shows, which a leaked
+				// goroutine stays in.
+				if shown := bytes.Count(buf, []byte("\ngoroutine ")) + 1; shown <= base {
+					return
+				}
 				t.Errorf("%d goroutines left, %d before:\n%s", n, base, buf)
 				return
 			}
