@@ -894,6 +894,7 @@ func (c *Context) ProgressUntil(ctx context.Context, cond func() bool) error {
 	if c.opts.Auto {
 		return ErrAutoProgress
 	}
+	c.progressed.Store(true)
 	c.progMu.Lock()
 	defer c.progMu.Unlock()
 	for {

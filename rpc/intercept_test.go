@@ -139,7 +139,7 @@ func TestSendContext(t *testing.T) {
 
 // TestNoProgressWarning: a context without Auto whose callback waits,
 // and on which Progress is never called, says so in the log; one that
-// is progressed does not.
+// is progressed, by Progress or by ProgressUntil, does not.
 func TestNoProgressWarning(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
 		var mu sync.Mutex
@@ -156,23 +156,29 @@ func TestNoProgressWarning(t *testing.T) {
 		}
 		clk := newFakeClock()
 		_, cli, _ := setup(t, rpc.Options{}, rpc.Options{Logger: log, Clock: clk})
-		for _, progress := range []bool{true, false} {
+		for _, how := range []string{"Progress", "ProgressUntil", ""} {
 			c := newCtx(t, cli, rpc.ContextOptions{})
-			if _, err := c.Send(rpc.Request{Opcode: op(opEcho), In: &pair{}, Out: &pair{}}, func(rpc.Completion) {}); err != nil {
+			var ran atomic.Bool
+			if _, err := c.Send(rpc.Request{Opcode: op(opEcho), In: &pair{}, Out: &pair{}}, func(rpc.Completion) { ran.Store(true) }); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "the reply", func() bool { return c.Stats().Replied == 1 })
-			if progress {
+			switch how {
+			case "Progress":
 				if _, err := c.Progress(0); err != nil {
+					t.Fatal(err)
+				}
+			case "ProgressUntil":
+				if err := c.ProgressUntil(context.Background(), ran.Load); err != nil {
 					t.Fatal(err)
 				}
 			}
 			clk.Advance(rpc.NoProgressWarning)
 			want := fmt.Sprintf("tag=%d", c.Tag())
-			if progress {
+			if how != "" {
 				synctest.Wait() // every goroutine blocked: a wrong warning would be out
 				if strings.Contains(text(), "has not been called") {
-					t.Errorf("a progressed context warned:\n%s", text())
+					t.Errorf("a context progressed by %s warned:\n%s", how, text())
 				}
 				continue
 			}
