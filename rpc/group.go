@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Group is the primary group: its ranks, the URI of each rank's contexts
@@ -24,8 +25,11 @@ type Group struct {
 	name string
 	inst *Instance
 
-	mu      sync.RWMutex
-	version uint32
+	mu sync.RWMutex
+	// version is written under mu and read without it: every request
+	// and reply stamps it, and a read lock there was a shared counter
+	// that the callers on every P bumped twice per RPC.
+	version atomic.Uint32
 	self    uint32
 	members map[uint32]*member
 	// removed remembers the ranks that left, with the URI of their tag
@@ -110,9 +114,7 @@ func (g *Group) Self() uint32 {
 
 // Version returns the membership version.
 func (g *Group) Version() uint32 {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.version
+	return g.version.Load()
 }
 
 // Size returns the number of members.
@@ -261,8 +263,8 @@ func (g *Group) changed(added, removed []uint32, version uint32) {
 func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, changed []uint32, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if version <= g.version {
-		return nil, nil, nil, fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, g.version)
+	if cur := g.version.Load(); version <= cur {
+		return nil, nil, nil, fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, cur)
 	}
 	for _, m := range ms {
 		if m.Rank == RankNone {
@@ -327,7 +329,7 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, c
 	}
 	slices.Sort(added)
 	slices.Sort(removed)
-	g.version = version
+	g.version.Store(version)
 	return added, removed, changed, nil
 }
 
@@ -492,9 +494,9 @@ func (g *Group) ReadAttach(r io.Reader) error {
 		}
 	}
 	if dirty {
-		g.version++
+		g.version.Add(1)
 	}
-	v := g.version
+	v := g.version.Load()
 	g.mu.Unlock()
 	if g.inst != nil && len(changed) > 0 {
 		g.inst.groupChanged(nil, changed)

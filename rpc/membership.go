@@ -302,7 +302,7 @@ func (g *Group) SetState(rank uint32, st MemberState, inc uint64) bool {
 	}
 	was := m.state
 	m.state, m.inc = st, inc
-	v := g.version
+	v := g.version.Load()
 	g.mu.Unlock()
 	if st == MemberDead && was != MemberDead && g.inst != nil {
 		g.inst.groupChanged([]uint32{rank}, nil)
@@ -463,7 +463,7 @@ func (g *Group) ExcludedAt() uint32 {
 // SWIMOptions.Authority); with AuthorityApplication, the application.
 func (g *Group) Propose(ctx context.Context, c *Context, op ModOp, ms []Member) (uint32, []uint32, error) {
 	g.mu.RLock()
-	v := g.version + 1
+	v := g.version.Load() + 1
 	before := make(map[uint32]bool, len(g.members))
 	for r := range g.members {
 		before[r] = true
