@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ferrymsg/ferry/msgr"
@@ -55,5 +56,69 @@ func TestMarkDownCancelsDial(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Shutdown waited for the dial")
+	}
+}
+
+// badAddrDial is a transport that rejects every address it is asked to
+// dial, as the shm transport does a name with a '/' in it.
+type badAddrDial struct{ dials chan struct{} }
+
+func (b *badAddrDial) Name() string { return "badaddr" }
+func (b *badAddrDial) Listen(context.Context, transport.Addr) (transport.Listener, error) {
+	return nil, errors.New("badaddr: no listening")
+}
+func (b *badAddrDial) Dial(_ context.Context, a transport.Addr) (transport.Conn, error) {
+	b.dials <- struct{}{}
+	return nil, &transport.AddrError{Input: a.String(), Reason: "no such place", Err: transport.ErrBadAddr}
+}
+
+// TestConnectUnknownScheme: an address whose scheme has no transport in
+// Config.Transports fails in Connect, with ErrUnknownScheme, rather than
+// yielding a connection that retries a dial that can never work.
+func TestConnectUnknownScheme(t *testing.T) {
+	reg := transport.NewRegistry(&badAddrDial{dials: make(chan struct{}, 1)})
+	cli, _ := newClient(t, reg, msgr.Config{})
+	for _, addr := range []string{"unix:///tmp/nothing.sock", "tcp://127.0.0.1:1"} {
+		c, err := cli.Connect(addr)
+		if !errors.Is(err, transport.ErrUnknownScheme) || c != nil {
+			t.Errorf("Connect(%q): conn %v, err %v; want no conn and ErrUnknownScheme", addr, c != nil, err)
+		}
+	}
+}
+
+// TestDialBadAddrFailsForGood: a dial the transport refuses for its
+// address is not retried, under a lossless policy either: the
+// connection closes with that error, which Ready and Err report. In a
+// bubble, so that a second of backoffs passes in virtual time.
+func TestDialBadAddrFailsForGood(t *testing.T) {
+	for _, p := range []struct {
+		name   string
+		policy msgr.Policy
+	}{{"lossy", msgr.LossyClient()}, {"lossless", msgr.LosslessPeer()}} {
+		t.Run(p.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bd := &badAddrDial{dials: make(chan struct{}, 1024)}
+				reg := transport.NewRegistry(bd)
+				cli, _ := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+				cli.SetDefaultPolicy(p.policy)
+				conn, err := cli.Connect("badaddr://x/y")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // virtual
+				defer cancel()
+				if err := conn.Ready(ctx); !errors.Is(err, transport.ErrBadAddr) {
+					t.Fatalf("Ready: %v, want ErrBadAddr", err)
+				}
+				if err := conn.Err(); !errors.Is(err, transport.ErrBadAddr) {
+					t.Fatalf("Err: %v, want ErrBadAddr", err)
+				}
+				time.Sleep(time.Second) // a thousand backoffs, had it retried
+				synctest.Wait()
+				if n := len(bd.dials); n != 1 {
+					t.Fatalf("%d dials, want 1", n)
+				}
+			})
+		})
 	}
 }

@@ -303,7 +303,9 @@ func (m *Messenger) Wait() { <-m.stoppedCh }
 // Connect returns the connection to addr, creating it if there is none
 // (Ceph's get_connection). It does not wait: the connection is set up in
 // the background, and messages sent meanwhile are queued. Use Conn.Ready
-// to wait for the handshake.
+// to wait for the handshake. An address that does not parse, or whose
+// scheme has no transport in Config.Transports, fails here with an
+// error matching transport.ErrBadAddr or transport.ErrUnknownScheme.
 func (m *Messenger) Connect(addr string) (*Conn, error) { return m.connect(addr, 0) }
 
 // connect is Connect; a new connection to a peer of a known type (peer
@@ -313,6 +315,9 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 	ta, err := transport.ParseAddr(addr)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := m.cfg.Transports.LookupAddr(ta); err != nil {
+		return nil, err // retrying could never succeed
 	}
 	key := ta.String()
 	m.mu.Lock()

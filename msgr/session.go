@@ -65,6 +65,13 @@ func (c *Conn) dialLoop(socketEnded bool) (parked bool) {
 			c.m.met.reconnect()
 			continue
 		}
+		if permanentDialError(err) {
+			// The address or the configuration is wrong: no retry
+			// can succeed, so fail for good, whatever the policy,
+			// rather than retry forever with an empty Err.
+			c.close(err, true)
+			return false
+		}
 		if c.Policy().Lossy && (c.wasOpen() || errors.Is(err, transport.ErrRefused) || isProtocolRefusal(err)) {
 			// A lossy connection fails for good once it has been open
 			// (with a reset event), or when the peer refuses it. A fault
@@ -91,6 +98,14 @@ func (c *Conn) dialLoop(socketEnded bool) (parked bool) {
 		}
 		m.log.Debug("connect failed", "conn", c.id, "target", c.target.String(), "err", err, "retry_in", backoff)
 	}
+}
+
+// permanentDialError reports whether a dial failed in a way no retry
+// can mend: an address the transport rejects (a bad shm name), a scheme
+// with no transport, or a configuration the system refuses (a TCP
+// congestion control the kernel does not offer).
+func permanentDialError(err error) bool {
+	return errors.Is(err, transport.ErrBadAddr) || errors.Is(err, transport.ErrUnknownScheme) || errors.Is(err, transport.ErrBadConfig)
 }
 
 func (c *Conn) wasOpen() bool {

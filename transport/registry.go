@@ -74,7 +74,9 @@ func (r *Registry) Schemes() []string {
 	return s
 }
 
-func (r *Registry) lookupAddr(a Addr) (Transport, error) {
+// LookupAddr returns the transport registered for a.Scheme, or an
+// *AddrError matching ErrUnknownScheme if there is none.
+func (r *Registry) LookupAddr(a Addr) (Transport, error) {
 	t, ok := r.Lookup(a.Scheme)
 	if !ok {
 		return nil, &AddrError{Input: a.String(), Reason: "no transport for " + strconv.Quote(a.Scheme), Err: ErrUnknownScheme}
@@ -95,7 +97,7 @@ func (r *Registry) Listen(ctx context.Context, addr string) (Listener, error) {
 
 // ListenAddr listens on a with the transport registered for a.Scheme.
 func (r *Registry) ListenAddr(ctx context.Context, a Addr) (Listener, error) {
-	t, err := r.lookupAddr(a)
+	t, err := r.LookupAddr(a)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +118,7 @@ func (r *Registry) Dial(ctx context.Context, addr string) (Conn, error) {
 
 // DialAddr dials a with the transport registered for a.Scheme.
 func (r *Registry) DialAddr(ctx context.Context, a Addr) (Conn, error) {
-	t, err := r.lookupAddr(a)
+	t, err := r.LookupAddr(a)
 	if err != nil {
 		return nil, err
 	}
