@@ -23,11 +23,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // Bounds of the protocol.
@@ -117,21 +118,15 @@ func (s *Server) sorted() []*command {
 }
 
 // Listen binds the socket, replacing a stale socket file left at the
-// path (one nothing listens on); it refuses to replace anything else.
+// path (one nothing listens on); it refuses to replace anything else
+// (transport.ListenUnix).
 func (s *Server) Listen() error {
-	if fi, err := os.Lstat(s.path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return fmt.Errorf("adminsock: %s exists and is not a socket", s.path)
-		}
-		if c, err := net.DialTimeout("unix", s.path, time.Second); err == nil {
-			c.Close()
-			return fmt.Errorf("adminsock: %s is in use", s.path)
-		}
-		_ = os.Remove(s.path)
+	l, err := transport.ListenUnix(context.Background(), s.path)
+	if errors.Is(err, transport.ErrAddrInUse) {
+		return fmt.Errorf("adminsock: %s is in use: %w", s.path, err)
 	}
-	l, err := net.Listen("unix", s.path)
 	if err != nil {
-		return err
+		return fmt.Errorf("adminsock: %w", err)
 	}
 	s.mu.Lock()
 	s.l = l

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"time"
 )
@@ -165,16 +166,16 @@ func (*Unix) SocketPath(a Addr) (string, error) {
 // Name returns "unix".
 func (*Unix) Name() string { return "unix" }
 
-// Listen listens on the socket path a.Host. Errors match ErrUnknownScheme,
+// Listen listens on the socket path a.Host, replacing a stale socket
+// file there (see ListenUnix). Errors match ErrUnknownScheme,
 // ErrAddrInUse, or are the net package's.
 func (*Unix) Listen(ctx context.Context, a Addr) (Listener, error) {
 	if err := checkScheme(a, "unix"); err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "unix", a.Host)
+	l, err := ListenUnix(ctx, a.Host)
 	if err != nil {
-		return nil, mapListenErr(err)
+		return nil, err
 	}
 	return &socketListener{l: l, addr: Addr{Scheme: "unix", Host: a.Host}}, nil
 }
@@ -199,6 +200,47 @@ func checkScheme(a Addr, want string) error {
 		return &AddrError{Input: a.String(), Reason: "not a " + want + " address", Err: ErrUnknownScheme}
 	}
 	return nil
+}
+
+// ListenUnix listens on the Unix-domain socket at path. A socket file
+// that a process which died left there (one on which nothing accepts:
+// a connect is refused) is removed and the listen tried again, so that
+// a server restarted after a crash binds its old path; a path another
+// listener holds, or that is not a socket, fails with ErrAddrInUse. Two
+// processes that start on one stale path at the same instant can still
+// race, as with any such check (Ceph's admin socket has the same rule).
+func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "unix", path)
+	if err == nil {
+		return l, nil
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, err
+	}
+	fi, serr := os.Lstat(path)
+	if serr != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil, wrap(ErrAddrInUse, fmt.Errorf("%s exists and is not a socket: %w", path, err))
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	c, derr := d.DialContext(dctx, "unix", path)
+	cancel()
+	if derr == nil {
+		_ = c.Close()
+		return nil, wrap(ErrAddrInUse, err)
+	}
+	if !errors.Is(derr, syscall.ECONNREFUSED) {
+		return nil, wrap(ErrAddrInUse, err) // busy, or not ours to judge
+	}
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return nil, wrap(ErrAddrInUse, fmt.Errorf("%w (stale, and not removable: %v)", err, rerr))
+	}
+	l, err = lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, mapListenErr(err)
+	}
+	return l, nil
 }
 
 func mapListenErr(err error) error {

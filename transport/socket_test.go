@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -121,5 +122,59 @@ func TestSocketErrors(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none")
 	if _, err := transport.NewUnix().Dial(ctx, transport.Addr{Scheme: "unix", Host: sock}); !errors.Is(err, transport.ErrRefused) {
 		t.Errorf("unix Dial to a missing socket = %v, want ErrRefused", err)
+	}
+}
+
+// leaveStaleSocket leaves a socket file at path on which nothing
+// listens, as a process killed while listening does.
+func leaveStaleSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("no stale socket file: %v", err)
+	}
+}
+
+// TestUnixListenReplacesStaleSocket: a unix listener binds a path where
+// a dead process left its socket file, and refuses a path a live
+// listener holds or one that is not a socket (leaving the file alone).
+func TestUnixListenReplacesStaleSocket(t *testing.T) {
+	transporttest.CheckGoroutines(t)
+	dir := t.TempDir()
+	tr := transport.NewUnix()
+	stale := filepath.Join(dir, "stale.sock")
+	leaveStaleSocket(t, stale)
+	ln := transporttest.Listen(t, tr, "unix://"+stale)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := tr.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatalf("dial the listener that replaced a stale socket: %v", err)
+	}
+	c.Close()
+
+	if l2, err := tr.Listen(ctx, ln.Addr()); !errors.Is(err, transport.ErrAddrInUse) {
+		if l2 != nil {
+			l2.Close()
+		}
+		t.Fatalf("Listen on a live listener's path: %v, want ErrAddrInUse", err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l3, err := transport.ListenUnix(ctx, file); !errors.Is(err, transport.ErrAddrInUse) {
+		if l3 != nil {
+			l3.Close()
+		}
+		t.Fatalf("ListenUnix on a regular file: %v, want ErrAddrInUse", err)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
+		t.Fatalf("the regular file was touched: %q, %v", b, err)
 	}
 }

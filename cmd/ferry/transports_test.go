@@ -39,6 +39,37 @@ func TestCLITransports(t *testing.T) {
 	}
 }
 
+// TestServeRestartsAfterKill: a `ferry serve` on a unix or shm address
+// that is killed (SIGKILL: its socket file stays) can be started again
+// on the same address, which then answers; a second serve on an address
+// a live one holds is still refused.
+func TestServeRestartsAfterKill(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "restart.sock")
+	name := fmt.Sprintf("ferry-restart-test-%d", os.Getpid())
+	for _, listen := range []string{"unix://" + sock, "shm://" + name} {
+		scheme, _, _ := strings.Cut(listen, "://")
+		t.Run(scheme, func(t *testing.T) {
+			first := startServeAt(t, listen)
+			if err := first.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-first.exited
+			again := startServeAt(t, listen)
+			r := runFerry(t, time.Minute, "ping", "--count", "20", "--json", again.addr)
+			if r.code != 0 || !strings.Contains(r.stdout, `"errors":0`) {
+				t.Errorf("ping after the restart: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+			r = runFerry(t, time.Minute, "serve", "--listen", listen)
+			if r.code == 0 || !strings.Contains(r.stderr, "in use") {
+				t.Errorf("a second serve on a live address: exit %d, stderr %q", r.code, r.stderr)
+			}
+			if code := again.stop(t); code != 0 {
+				t.Errorf("serve exit %d; stderr:\n%s", code, again.stderr.String())
+			}
+		})
+	}
+}
+
 // TestPingSizeSuffixAndProfiles: ping takes --size with a K or M suffix
 // (1M is 1 MiB of data each way) and writes the CPU profile and the
 // execution trace it is asked for, here over shm.

@@ -249,7 +249,8 @@ func SocketPath(a transport.Addr) (string, error) {
 // transport.LocalSocket.
 func (*Transport) SocketPath(a transport.Addr) (string, error) { return SocketPath(a) }
 
-// Listen listens on the Unix socket of a (see SocketPath). Closing the
+// Listen listens on the Unix socket of a (see SocketPath), replacing a
+// stale socket file there (see transport.ListenUnix). Closing the
 // Listener removes the socket file. Errors match transport.ErrBadConfig,
 // transport.ErrBadAddr, transport.ErrUnknownScheme,
 // transport.ErrAddrInUse, or are the net package's.
@@ -261,12 +262,8 @@ func (t *Transport) Listen(ctx context.Context, a transport.Addr) (transport.Lis
 	if err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "unix", path)
+	l, err := transport.ListenUnix(ctx, path)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, wrap(transport.ErrAddrInUse, err)
-		}
 		return nil, err
 	}
 	return &listener{
