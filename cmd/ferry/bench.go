@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,22 +182,43 @@ func splitList(s string) []string {
 func parseInts(s string, sizes bool) ([]int, error) {
 	var out []int
 	for _, f := range splitList(s) {
-		mul := 1
 		if sizes {
-			switch {
-			case strings.HasSuffix(f, "K"), strings.HasSuffix(f, "k"):
-				mul, f = 1<<10, f[:len(f)-1]
-			case strings.HasSuffix(f, "M"), strings.HasSuffix(f, "m"):
-				mul, f = 1<<20, f[:len(f)-1]
+			n, err := parseBytes(f)
+			if err != nil {
+				return nil, err
 			}
+			out = append(out, int(n))
+			continue
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not a number", f)
 		}
-		out = append(out, n*mul)
+		out = append(out, n)
 	}
 	return out, nil
+}
+
+// parseBytes reads a byte count: an integer with an optional binary
+// suffix K, M or G, alone or as KiB, MiB, GiB, in either case ("64K",
+// "128MiB", "1g" are 65536, 134217728 and 1073741824).
+func parseBytes(f string) (int64, error) {
+	num, mul := f, int64(1)
+	lower := strings.ToLower(f)
+	for _, u := range []struct {
+		suffix string
+		mul    int64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}} {
+		if strings.HasSuffix(lower, u.suffix) {
+			num, mul = f[:len(f)-len(u.suffix)], u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n > math.MaxInt64/mul || n < math.MinInt64/mul {
+		return 0, fmt.Errorf("%q is not a byte count (such as 4096, 64K, 128MiB or 1G)", f)
+	}
+	return n * mul, nil
 }
 
 // bencher runs the comparison.

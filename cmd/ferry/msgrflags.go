@@ -63,7 +63,7 @@ func addMsgrFlags(fs *flag.FlagSet, defaultPolicy string) *msgrFlags {
 		backoffMax:     fs.Duration("backoff-max", 0, "longest wait between reconnect attempts, doubling from --backoff-initial (0: the default, 15s)"),
 		noDataCRC:      fs.Bool("no-data-crc", false, noDataCRCUsage),
 		tcpCongestion:  addTCPCongestionFlag(fs),
-		sendBudget:     fs.Int64("send-budget", 0, "bytes all connections together may hold queued to send (msgr.Config.SendBudget; 0: the default, 256 MiB; negative disables): past half, a connection over its share is not read from"),
+		sendBudget:     newBytesFlag(fs, "send-budget", 0, "`BYTES` (a count, or with K, M, G, KiB, MiB, GiB) all connections together may hold queued to send (msgr.Config.SendBudget; 0: the default, 256 MiB; negative disables): past half, a connection over its share is not read from"),
 		slowConsumer:   fs.Duration("slow-consumer-timeout", 0, "close a connection not read from for its share of the send budget whose peer read nothing for this long (0: the default, 30s; negative disables)"),
 		busyPoll:       addBusyPollFlag(fs),
 	}

@@ -36,6 +36,33 @@ func (s *sizeValue) Set(v string) error {
 	return nil
 }
 
+// bytesValue is a flag holding a byte count that may be negative, with
+// the suffixes parseBytes reads: "128MiB" is 134217728.
+type bytesValue int64
+
+func newBytesFlag(fs *flag.FlagSet, name string, value int64, usage string) *int64 {
+	p := new(int64)
+	*p = value
+	fs.Var((*bytesValue)(p), name, usage)
+	return p
+}
+
+func (b *bytesValue) String() string {
+	if b == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *bytesValue) Set(v string) error {
+	n, err := parseBytes(v)
+	if err != nil {
+		return err
+	}
+	*b = bytesValue(n)
+	return nil
+}
+
 // profileFlags are a command's --cpuprofile and --trace.
 type profileFlags struct {
 	cpu, trace *string

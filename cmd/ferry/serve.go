@@ -35,7 +35,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	rank := fs.Uint("rank", 0, "the RPC rank to serve as: requests for other ranks are refused (ErrWrongRank)")
 	groupFile := fs.String("group", "", "join the group of this attach `FILE` (a name line, then RANK URI lines) as --rank, listening on the rank's URI unless --listen is given, and serve the group status service (ferry group stat)")
 	withSWIM := fs.Bool("swim", false, "with --group: run SWIM failure detection and log each membership event (member rank=N state=alive|suspect|dead)")
-	peerBudget := fs.Int64("peer-budget", 0, "bytes the RPC rank may owe all its peers: requests not answered, outputs not pulled (rpc.Options.PeerBudget; 0: the default, 256 MiB; negative: none)")
+	peerBudget := newBytesFlag(fs, "peer-budget", 0, "`BYTES` (a count, or with K, M, G, KiB, MiB, GiB) the RPC rank may owe all its peers: requests not answered, outputs not pulled (rpc.Options.PeerBudget; 0: the default, 256 MiB; negative: none)")
 	mflags := addMsgrFlags(fs, "stateless-server")
 	ops := addOpsFlags(fs)
 	aflags := addServerAuthFlags(fs)
