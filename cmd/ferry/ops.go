@@ -34,21 +34,39 @@ func addOpsFlags(fs interface {
 	}
 }
 
-// startOps starts what the flags ask for, printing the metrics URL on
-// stdout; the returned function stops it all.
-func (o *opsFlags) start(ctx context.Context, e *env, log *slog.Logger, srv *server, started time.Time) (stop func(), err error) {
+// start binds and starts what the flags ask for; announce prints the
+// metrics URL on stdout (after serve's listening line), stop stops it
+// all.
+func (o *opsFlags) start(ctx context.Context, e *env, log *slog.Logger, srv *server, started time.Time) (stop, announce func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
+	announce = func() {}
 	reg := srv.m.Metrics()
+	// Both are bound before anything is served or printed, so that a
+	// port or a socket path in use fails the start with nothing said
+	// on stdout (whose first line, "listening", promises a server).
+	var ml net.Listener
 	if *o.metrics != "" {
-		l, err := net.Listen("tcp", *o.metrics)
-		if err != nil {
-			return stop, fmt.Errorf("--metrics: %w", err)
+		if ml, err = net.Listen("tcp", *o.metrics); err != nil {
+			return stop, announce, fmt.Errorf("--metrics: %w", err)
 		}
+	}
+	var as *adminsock.Server
+	if *o.adminSocket != "" {
+		as = adminsock.New(*o.adminSocket, log)
+		registerAdminCommands(as, srv, reg, started)
+		if err := as.Listen(); err != nil {
+			if ml != nil {
+				_ = ml.Close()
+			}
+			return stop, announce, fmt.Errorf("--admin-socket: %w", err)
+		}
+	}
+	if ml != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -61,16 +79,11 @@ func (o *opsFlags) start(ctx context.Context, e *env, log *slog.Logger, srv *ser
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(l) }()
+		go func() { _ = hs.Serve(ml) }()
 		stops = append(stops, func() { _ = hs.Close() })
-		fmt.Fprintf(e.stdout, "metrics http://%s/metrics\n", l.Addr())
+		announce = func() { fmt.Fprintf(e.stdout, "metrics http://%s/metrics\n", ml.Addr()) }
 	}
-	if *o.adminSocket != "" {
-		as := adminsock.New(*o.adminSocket, log)
-		registerAdminCommands(as, srv, reg, started)
-		if err := as.Listen(); err != nil {
-			return stop, fmt.Errorf("--admin-socket: %w", err)
-		}
+	if as != nil {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -80,7 +93,7 @@ func (o *opsFlags) start(ctx context.Context, e *env, log *slog.Logger, srv *ser
 		}()
 		stops = append(stops, func() { _ = as.Close(); <-done })
 	}
-	return stop, nil
+	return stop, announce, nil
 }
 
 // registerAdminCommands adds serve's admin commands.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -58,5 +59,34 @@ func TestAdminSocket(t *testing.T) {
 	out, err := exec.CommandContext(ctx, "ceph", "--admin-daemon", sock, "perf", "dump").CombinedOutput()
 	if err != nil || json.Unmarshal(out, &pd) != nil || pd.Msgr.Received != 9 {
 		t.Errorf("ceph --admin-daemon perf dump: %v %+v\n%s", err, pd, out)
+	}
+}
+
+// TestServeOpsInUse: serve whose --admin-socket path or --metrics port
+// is taken fails before it prints its listening line (which promises a
+// server to scripts), with the reason on stderr.
+func TestServeOpsInUse(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "busy.asok")
+	first := startServe(t, "--admin-socket", sock, "--metrics", "127.0.0.1:0")
+	r := runFerry(t, 30*time.Second, "admin", sock, "status")
+	if r.code != 0 {
+		t.Fatalf("admin status: %d %s", r.code, r.stderr)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, args := range [][]string{
+		{"--admin-socket", sock},
+		{"--metrics", l.Addr().String()},
+	} {
+		r := runFerry(t, 30*time.Second, append([]string{"serve", "--listen", "tcp://127.0.0.1:0"}, args...)...)
+		if r.code == 0 || r.stdout != "" || !strings.Contains(r.stderr, "in use") {
+			t.Errorf("serve %v while taken: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if code := first.stop(t); code != 0 {
+		t.Errorf("first serve exit %d; stderr:\n%s", code, first.stderr.String())
 	}
 }

@@ -103,16 +103,18 @@ func runServe(ctx context.Context, e *env, args []string) int {
 			return exitError
 		}
 	}
-	// The first line of stdout is the contract with scripts and tests.
-	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
-	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
-	stopOps, err := ops.start(ctx, e, log, srv, time.Now())
+	stopOps, announceOps, err := ops.start(ctx, e, log, srv, time.Now())
 	defer stopOps()
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		srv.Close()
 		return exitError
 	}
+	// The first line of stdout is the contract with scripts and tests:
+	// printed once everything serve was asked to listen on is bound.
+	// os.Stdout is unbuffered, so it is out as soon as Fprintf returns.
+	fmt.Fprintf(e.stdout, "listening %s\n", srv.Addr())
+	announceOps()
 	log.Info("serving pings and the RPC self-test", "rank", *rank, "entity", ident.String(), "addr", srv.Addr(), "fsid", fsid.String(), "policy", mopts.PolicyName)
 	<-ctx.Done()
 	log.Info("shutting down", "pings_answered", srv.Pings())
