@@ -251,6 +251,16 @@ func (s *Server) Do(ctx context.Context, req map[string]any) ([]byte, error) {
 	return json.MarshalIndent(v, "", "    ")
 }
 
+// replyError is the error of a command the server answered with
+// {"error": msg}: ErrUnknownCommand when it is that (ferry's servers
+// say so in those words), with the "adminsock: " prefix once.
+func replyError(msg string) error {
+	if rest, ok := strings.CutPrefix(msg, ErrUnknownCommand.Error()); ok {
+		return fmt.Errorf("%w%s", ErrUnknownCommand, rest)
+	}
+	return errors.New("adminsock: " + strings.TrimPrefix(msg, "adminsock: "))
+}
+
 // Command sends the command words (e.g. "perf dump") to the admin
 // socket at path and returns its JSON reply.
 func Command(ctx context.Context, path string, words ...string) ([]byte, error) {
@@ -289,7 +299,7 @@ func Command(ctx context.Context, path string, words ...string) ([]byte, error) 
 	if json.Unmarshal(reply, &e) == nil && len(e) == 1 && e["error"] != nil {
 		var msg string
 		_ = json.Unmarshal(e["error"], &msg)
-		return reply, fmt.Errorf("adminsock: %s", msg)
+		return reply, replyError(msg)
 	}
 	return reply, nil
 }

@@ -54,8 +54,8 @@ func TestCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"perf dump"`) {
 		t.Errorf("help: %s (%v)", b, err)
 	}
-	if _, err := adminsock.Command(ctx, path, "no", "such"); err == nil || !strings.Contains(err.Error(), "unknown command") {
-		t.Errorf("unknown command: %v", err)
+	if _, err := adminsock.Command(ctx, path, "no", "such"); !errors.Is(err, adminsock.ErrUnknownCommand) || strings.Count(err.Error(), "adminsock:") != 1 || !strings.Contains(err.Error(), `"no such"`) {
+		t.Errorf("unknown command: %v, want ErrUnknownCommand naming it, prefixed once", err)
 	}
 	if _, err := adminsock.Command(ctx, path, "fail", "now"); err == nil || !strings.Contains(err.Error(), "it failed") {
 		t.Errorf("failing command: %v", err)
