@@ -92,13 +92,37 @@ type AttemptError struct {
 	Err  error
 }
 
-// Error lists the attempts.
+// Error lists the attempts, each failure once in the order first seen,
+// with how many attempts failed so when more than one did (a hunt
+// retried until its deadline repeats the same few).
 func (e *HuntError) Error() string {
-	s := "monc: no mon accepted a session:"
-	for _, a := range e.Attempts {
-		s += fmt.Sprintf(" %s: %v;", a.Addr, a.Err)
+	type failure struct {
+		text string
+		n    int
 	}
-	return s[:len(s)-1]
+	var seen []failure
+	at := map[string]int{}
+	for _, a := range e.Attempts {
+		text := fmt.Sprintf("%s: %v", a.Addr, a.Err)
+		if i, ok := at[text]; ok {
+			seen[i].n++
+			continue
+		}
+		at[text] = len(seen)
+		seen = append(seen, failure{text, 1})
+	}
+	var b strings.Builder
+	b.WriteString("monc: no mon accepted a session:")
+	for i, f := range seen {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(" " + f.text)
+		if f.n > 1 {
+			fmt.Fprintf(&b, " (%d attempts)", f.n)
+		}
+	}
+	return b.String()
 }
 
 // Unwrap returns the attempts' errors, so errors.Is finds, say, a

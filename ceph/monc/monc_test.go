@@ -256,6 +256,10 @@ func TestHuntFails(t *testing.T) {
 	if !errors.As(err, &he) || len(he.Attempts) != 3 {
 		t.Fatalf("err = %v, want a HuntError with three attempts (three rounds)", err)
 	}
+	// The three same failures are said once, with their count.
+	if text := err.Error(); strings.Count(text, "refused") != 1 || !strings.Contains(text, "(3 attempts)") {
+		t.Errorf("HuntError of three same failures: %q, want it once with (3 attempts)", text)
+	}
 	// A mon with no usable address (no msgr2 or msgr1 entry) ends the
 	// hunt at once: another round would not change it.
 	_, err = Dial(ctx, Config{Mons: []msg.AddrVec{noProto}, Logger: quiet(), HuntTimeout: 3 * time.Second})
