@@ -5,13 +5,20 @@
 //
 // Usage:
 //
-//	ferry serve [--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--verbose]
+//	ferry serve [--listen ADDR] [--name TYPE.ID] [--rank N] [--group FILE [--swim]] [--metrics ADDR] [--admin-socket PATH] [--verbose]
 //	ferry group stat --group FILE [--json] [--timeout D]
 //	ferry ping [--count N] [--size BYTES] [--inflight K] [--warmup D] [--json] [--timeout D] ADDR
 //	ferry tell [--mon ADDR | -c ceph.conf] [--keyring FILE] [--name TYPE.ID] TARGET WORDS...
+//	ferry admin [--timeout D] PATH perf dump|status|connections|help
 //	ferry selftest [--endpoints ADDR[,ADDR...]] [--sizes "S R,..."] [--reps N] [--inflight K] [--json]
+//	ferry bench [--transports LIST] [--sizes BYTES] [--inflight DEPTHS] [--duration D] [--out DIR] [--json]
 //	ferry sim [--ranks N] [--seed S] [--duration D] [--loss P] [--kill K] [--pause K] [--json]
 //	ferry help [COMMAND]
+//	ferry version
+//
+// ADDR is v2:IP:PORT/NONCE, v1:IP:PORT/NONCE (msgr1), tcp://IP:PORT,
+// unix://PATH or shm://NAME (or shm:///PATH); `ferry help COMMAND` lists
+// a command's flags.
 //
 // Exit status: 0 on success, 1 on a runtime error, 2 on a usage error.
 package main

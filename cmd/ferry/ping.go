@@ -45,7 +45,7 @@ func runPing(ctx context.Context, e *env, args []string) int {
 	}
 	switch {
 	case len(pos) > 1 || (len(pos) == 0 && *af.conf == ""):
-		return usageError(e, fs, "want one address (v2:IP:PORT/NONCE, v1:IP:PORT/NONCE for msgr1, or tcp://IP:PORT), or -c ceph.conf to ping its mons; got %d arguments", len(pos))
+		return usageError(e, fs, "want one address (v2:IP:PORT/NONCE, v1:IP:PORT/NONCE for msgr1, tcp://IP:PORT, unix://PATH or shm://NAME), or -c ceph.conf to ping its mons; got %d arguments", len(pos))
 	case *count < 1:
 		return usageError(e, fs, "--count must be at least 1")
 	case *size < 0 || *size > maxPingSize:

@@ -28,7 +28,7 @@ const defaultListen = "v2:127.0.0.1:3300/0"
 // protocol (`ferry selftest --endpoints ADDR`).
 func runServe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, "serve")
-	listen := fs.String("listen", defaultListen, "address to listen on: v2:IP:PORT/NONCE, v1:IP:PORT/NONCE (msgr1) or tcp://IP:PORT (port 0 picks a free port)")
+	listen := fs.String("listen", defaultListen, "address to listen on: v2:IP:PORT/NONCE, v1:IP:PORT/NONCE (msgr1), tcp://IP:PORT (port 0 picks a free port), unix://PATH or shm://NAME (Linux; shm:///PATH for a socket path)")
 	name := fs.String("name", "mon.a", "entity to serve as, TYPE.ID; a mon's ID is its name and its number is its rank (0 unless the ID is a number)")
 	fsidFlag := fs.String("fsid", "", "cluster fsid reported in the ping status (default: random)")
 	verbose := fs.Bool("verbose", false, "log debug messages")
