@@ -410,3 +410,14 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestServeBadListenIsUsageError: an address serve cannot parse is a
+// usage error (exit 2, the flag named), found before anything starts.
+func TestServeBadListenIsUsageError(t *testing.T) {
+	for _, addr := range []string{"garbage", "nosuch://x:1", "tcp://127.0.0.1"} {
+		r := runFerry(t, 30*time.Second, "serve", "--listen", addr)
+		if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "--listen") {
+			t.Errorf("serve --listen %s: exit %d, stdout %q, stderr %q; want %d and the flag named", addr, r.code, r.stdout, r.stderr, exitUsage)
+		}
+	}
+}

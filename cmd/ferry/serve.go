@@ -16,6 +16,7 @@ import (
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/rpc"
+	"github.com/ferrymsg/ferry/transport"
 )
 
 // defaultListen is where `ferry serve` listens by default: a mon's msgr2
@@ -74,6 +75,11 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		}
 	} else if *withSWIM {
 		return usageError(e, fs, "--swim needs --group")
+	}
+	if a, err := transport.ParseAddr(*listen); err != nil {
+		return usageError(e, fs, "--listen: %v", err)
+	} else if _, err := cliTransports("").LookupAddr(a); err != nil {
+		return usageError(e, fs, "--listen: %v", err)
 	}
 	if mopts.ServerAuth, err = aflags.resolve(); err != nil {
 		return usageError(e, fs, "%v", err)
