@@ -331,15 +331,44 @@ func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 	return c.call(ctx, ep, op, in, out, false)
 }
 
+// ctxEnded is the error of a request whose ctx has ended before it was
+// sent (ErrTimedOut for a deadline, including one that has passed but
+// not yet fired, ErrCanceled otherwise), or nil.
+func ctxEnded(ctx context.Context, op Opcode, ep Endpoint) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
+		return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: context.DeadlineExceeded}
+	}
+	if err := ctx.Err(); err != nil {
+		code := CodeCanceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = CodeTimedOut
+		}
+		return &Error{Code: code, Opcode: op, Endpoint: ep, Err: err}
+	}
+	return nil
+}
+
+// ctxReason is how a request whose ctx ended with err completes:
+// TimedOut for a deadline, Canceled otherwise.
+func ctxReason(err error) track.Reason {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return track.TimedOut
+	}
+	return track.Canceled
+}
+
 // call is Call; toRemoved lets the request reach a rank removed from the
 // group, at the URI it had, on a connection that is not cached (to tell
 // it it was removed).
 func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output, toRemoved bool) error {
 	timeout := c.Timeout()
+	if err := ctxEnded(ctx, op, ep); err != nil {
+		return err // nothing sent: the target never runs it
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
 		if d <= 0 {
-			return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: ctx.Err()}
+			return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: context.DeadlineExceeded}
 		}
 		timeout = min(timeout, d)
 	}
@@ -386,11 +415,7 @@ func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 			}
 		}
 		if err != nil {
-			reason := track.Canceled
-			if errors.Is(err, context.DeadlineExceeded) {
-				reason = track.TimedOut
-			}
-			c.finishID(id, reason, err)
+			c.finishID(id, ctxReason(err), err)
 			<-r.done
 		}
 	}

@@ -110,11 +110,13 @@ func (c closedBy) Err() error {
 }
 
 // SendContext is Send bound to ctx: the request's timeout is at most
-// ctx's deadline, and it is aborted (its callback sees CodeCanceled) if
-// ctx ends first.
+// ctx's deadline, and it is aborted if ctx ends first, its callback
+// seeing CodeTimedOut (matching context.DeadlineExceeded) when the
+// deadline passed and CodeCanceled when ctx was canceled. A ctx that
+// has already ended sends nothing and returns that error.
 func (c *Context) SendContext(ctx context.Context, req Request, cb Callback) (Handle, error) {
-	if err := ctx.Err(); err != nil {
-		return Handle{}, &Error{Code: CodeCanceled, Opcode: req.Opcode, Endpoint: req.Endpoint, Err: err}
+	if err := ctxEnded(ctx, req.Opcode, req.Endpoint); err != nil {
+		return Handle{}, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
@@ -149,7 +151,10 @@ func (c *Context) SendContext(ctx context.Context, req Request, cb Callback) (Ha
 	if err != nil {
 		return hd, err
 	}
-	st := context.AfterFunc(ctx, func() { hd.Abort() }) // a no-op once completed
+	st := context.AfterFunc(ctx, func() { // a no-op once completed
+		err := ctx.Err()
+		hd.c.finishID(hd.id, ctxReason(err), err)
+	})
 	mu.Lock()
 	if completed {
 		mu.Unlock()

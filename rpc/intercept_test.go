@@ -137,6 +137,33 @@ func TestSendContext(t *testing.T) {
 	cancel2()
 }
 
+// TestSendContextDeadline: a request sent with a ctx whose deadline
+// passes while the target holds it completes with ErrTimedOut, matching
+// context.DeadlineExceeded, every time (ctx's end and the request's own
+// timeout race to complete it; both must say timed out).
+func TestSendContextDeadline(t *testing.T) {
+	_, cli, h := setup(t, rpc.Options{}, rpc.Options{})
+	c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	for i := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		done := make(chan error, 1)
+		if _, err := c.SendContext(ctx, rpc.Request{Opcode: op(opHold)}, func(cp rpc.Completion) { done <- cp.Err }); err != nil {
+			t.Fatal(err)
+		}
+		held := <-h.held
+		select {
+		case err := <-done:
+			if !errors.Is(err, rpc.ErrTimedOut) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("request %d: %v, want ErrTimedOut and context.DeadlineExceeded", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the deadline did not complete the request")
+		}
+		held.Reply(nil)
+		cancel()
+	}
+}
+
 // TestNoProgressWarning: a context without Auto whose callback waits,
 // and on which Progress is never called, says so in the log; one that
 // is progressed, by Progress or by ProgressUntil, does not.

@@ -305,6 +305,41 @@ func TestCallCanceled(t *testing.T) {
 	held.Reply(nil)
 }
 
+// TestCallEndedContextSendsNothing: Call and SendContext with a ctx that
+// has already ended (canceled, or past its deadline) fail at once with
+// ErrCanceled or ErrTimedOut and send nothing: the target never runs a
+// request its origin was told did not happen.
+func TestCallEndedContextSendsNothing(t *testing.T) {
+	checkGoroutines(t)
+	srv, cli, _ := setup(t, rpc.Options{}, rpc.Options{})
+	c := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{{"a canceled", canceled, rpc.ErrCanceled}, {"an expired", expired, rpc.ErrTimedOut}} {
+		if err := c.Call(tc.ctx, rpc.Endpoint{}, op(opEcho), &pair{}, nil); !errors.Is(err, tc.want) || !errors.Is(err, tc.ctx.Err()) {
+			t.Errorf("Call with %s ctx: %v, want %v and %v", tc.name, err, tc.want, tc.ctx.Err())
+		}
+		if _, err := c.SendContext(tc.ctx, rpc.Request{Opcode: op(opEcho), In: &pair{}}, nil); !errors.Is(err, tc.want) || !errors.Is(err, tc.ctx.Err()) {
+			t.Errorf("SendContext with %s ctx: %v, want %v and %v", tc.name, err, tc.want, tc.ctx.Err())
+		}
+	}
+	if err := c.Call(context.Background(), rpc.Endpoint{}, op(opEcho), &pair{}, nil); err != nil {
+		t.Fatal(err) // the one request that is sent
+	}
+	if st := c.Stats(); st.Transmitted != 1 {
+		t.Errorf("%d requests transmitted, want only the last one", st.Transmitted)
+	}
+	if st := srv.Context(0).Stats(); st.Received != 1 {
+		t.Errorf("the target received %d requests, want 1", st.Received)
+	}
+}
+
 // 1000 requests to one rank with 4 credits: never more than 4 in flight,
 // all complete.
 func TestCredits(t *testing.T) {
