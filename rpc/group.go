@@ -201,9 +201,11 @@ func (g *Group) setURI(rank uint32, tag uint16, uri string) bool {
 	return true
 }
 
-// Add adds rank with the URI of its tag 0 and bumps the version.
+// Add adds rank with the URI of its tag 0 and bumps the version (read
+// and bumped under the group's lock: concurrent Adds and Removes each
+// get their own version).
 func (g *Group) Add(rank uint32, uri string) error {
-	return g.Modify(ModAdd, []Member{{Rank: rank, URI: uri}}, g.Version()+1)
+	return g.change(ModAdd, []Member{{Rank: rank, URI: uri}}, nextVersion)
 }
 
 // Remove removes ranks and bumps the version. Requests queued or in flight
@@ -213,7 +215,7 @@ func (g *Group) Remove(ranks ...uint32) error {
 	for i, r := range ranks {
 		ms[i].Rank = r
 	}
-	return g.Modify(ModRemove, ms, g.Version()+1)
+	return g.change(ModRemove, ms, nextVersion)
 }
 
 // Modify changes the membership (crt_group_primary_modify) and sets the
@@ -230,7 +232,19 @@ func (g *Group) Remove(ranks ...uint32) error {
 // Each member added emits EventJoined and each removed EventLeft to the
 // Watch callbacks.
 func (g *Group) Modify(op ModOp, ms []Member, version uint32) error {
-	added, removed, changed, err := g.modify(op, ms, version)
+	if version == nextVersion {
+		return fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, g.Version())
+	}
+	return g.change(op, ms, version)
+}
+
+// nextVersion asks change for the version one above the current one.
+const nextVersion = 0
+
+// change is Modify; version nextVersion takes the one above the current
+// version, under the same lock as the change.
+func (g *Group) change(op ModOp, ms []Member, version uint32) error {
+	added, removed, changed, version, err := g.modify(op, ms, version)
 	if err != nil {
 		return err
 	}
@@ -260,28 +274,32 @@ func (g *Group) changed(added, removed []uint32, version uint32) {
 	g.watch.emit(evs...)
 }
 
-func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, changed []uint32, err error) {
+func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, changed []uint32, v uint32, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if cur := g.version.Load(); version <= cur {
-		return nil, nil, nil, fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, cur)
+	cur := g.version.Load()
+	if version == nextVersion {
+		version = cur + 1
+	}
+	if version <= cur {
+		return nil, nil, nil, 0, fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, cur)
 	}
 	for _, m := range ms {
 		if m.Rank == RankNone {
-			return nil, nil, nil, fmt.Errorf("%w: rank %d", ErrInvalid, m.Rank)
+			return nil, nil, nil, 0, fmt.Errorf("%w: rank %d", ErrInvalid, m.Rank)
 		}
 		if m.Rank == g.self && g.self != RankNone && op != ModReplace {
-			return nil, nil, nil, fmt.Errorf("%w: cannot %v this instance's own rank %d", ErrInvalid, op, m.Rank)
+			return nil, nil, nil, 0, fmt.Errorf("%w: cannot %v this instance's own rank %d", ErrInvalid, op, m.Rank)
 		}
 		if op != ModRemove && m.URI == "" {
-			return nil, nil, nil, fmt.Errorf("%w: rank %d has no URI", ErrInvalid, m.Rank)
+			return nil, nil, nil, 0, fmt.Errorf("%w: rank %d has no URI", ErrInvalid, m.Rank)
 		}
 	}
 	switch op {
 	case ModAdd:
 		for _, m := range ms {
 			if _, ok := g.members[m.Rank]; ok {
-				return nil, nil, nil, fmt.Errorf("%w: rank %d", ErrExists, m.Rank)
+				return nil, nil, nil, 0, fmt.Errorf("%w: rank %d", ErrExists, m.Rank)
 			}
 		}
 		for _, m := range ms {
@@ -325,12 +343,12 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, c
 			added = append(added, r)
 		}
 	default:
-		return nil, nil, nil, fmt.Errorf("%w: group op %d", ErrInvalid, op)
+		return nil, nil, nil, 0, fmt.Errorf("%w: group op %d", ErrInvalid, op)
 	}
 	slices.Sort(added)
 	slices.Sort(removed)
 	g.version.Store(version)
-	return added, removed, changed, nil
+	return added, removed, changed, version, nil
 }
 
 // Members returns the members with the URIs of their tag 0, by rank.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,6 +192,48 @@ func TestAttachFile(t *testing.T) {
 		if _, _, err := rpc.ReadAttachFile(strings.NewReader(bad)); !errors.Is(err, rpc.ErrInvalid) {
 			t.Errorf("%q: %v", bad, err)
 		}
+	}
+}
+
+// TestGroupAddRemoveConcurrent: Add and Remove from many goroutines at
+// once each take their own version (the group's methods are safe for
+// concurrent use): none fails as stale, and the version counts them all.
+func TestGroupAddRemoveConcurrent(t *testing.T) {
+	n := newNet()
+	g := n.server(t, 0, 1, rpc.Options{}).Group()
+	const workers, each = 8, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				r := uint32(1 + w*each + i)
+				if err := g.Add(r, fmt.Sprintf("tcp://10.0.0.1:%d", r)); err != nil {
+					errs <- err
+					return
+				}
+				if i%3 == 2 {
+					if err := g.Remove(r); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Add or Remove: %v", err)
+	}
+	const changes = workers * (each + each/3)
+	if v := g.Version(); v != changes {
+		t.Errorf("version %d after %d changes", v, changes)
+	}
+	if size := g.Size(); size != 1+workers*(each-each/3) {
+		t.Errorf("size %d, want %d", size, 1+workers*(each-each/3))
 	}
 }
 
