@@ -208,6 +208,17 @@ func (in *Instance) Context(tag uint16) *Context {
 	return nil
 }
 
+// contextSlot returns the context with tag, or nil and whether a context
+// had that tag and was closed: tags are handed out lowest free first, so
+// a free slot below the highest tag is one a closed context left.
+func (in *Instance) contextSlot(tag uint16) (c *Context, closed bool) {
+	cs := *in.ctxs.Load()
+	if int(tag) < len(cs) {
+		return cs[tag], cs[tag] == nil
+	}
+	return nil, false
+}
+
 func (in *Instance) contexts() []*Context {
 	var out []*Context
 	for _, c := range *in.ctxs.Load() {
@@ -491,7 +502,7 @@ func rankString(r uint32) string {
 }
 
 func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
-	c := in.Context(h.DstTag)
+	c, closed := in.contextSlot(h.DstTag)
 	op := Opcode(h.Opcode)
 	var def *rpcDef
 	code, text := CodeOK, ""
@@ -500,6 +511,8 @@ func (in *Instance) handleRequest(m *msg.Message, h *wire.Header, body []byte) {
 		// Another rank's request (a stale URI, a target started with the
 		// wrong rank): answering it would act for that rank.
 		code, text = CodeWrongRank, fmt.Sprintf("request for rank %d reached rank %s", h.DstRank, rankString(in.rank))
+	case closed:
+		code, text = CodeShutdown, fmt.Sprintf("the context with tag %d is closed", h.DstTag)
 	case c == nil:
 		code, text = CodeBadTarget, fmt.Sprintf("no context with tag %d", h.DstTag)
 	default:

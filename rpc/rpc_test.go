@@ -545,14 +545,14 @@ func TestTargetErrors(t *testing.T) {
 		t.Errorf("unknown rank: %v", err)
 	}
 	// A context that goes away after its URI was learned: the target
-	// answers ErrBadTarget.
+	// answers ErrShutdown (a tag it never had is ErrBadTarget, above).
 	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	srv.Context(1).Close()
 	var e *rpc.Error
-	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrBadTarget) || !errors.As(err, &e) || !e.Remote {
-		t.Errorf("closed context: %v", err)
+	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrShutdown) || !errors.As(err, &e) || !e.Remote || !contains(err.Error(), "closed") {
+		t.Errorf("closed context: %v, want a remote ErrShutdown", err)
 	}
 	ok()
 }
