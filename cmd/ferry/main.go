@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -156,10 +157,11 @@ func usage(w io.Writer) {
 // prints help to e.stdout.
 func newFlagSet(e *env, c string) *flag.FlagSet {
 	fs := flag.NewFlagSet("ferry "+c, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	// The flag package calls Usage itself on -h and on a bad flag;
-	// parseFlags prints help (on stdout) or a pointer to it (on stderr)
-	// instead, so help appears once.
+	// The flag package prints a bad flag's error and calls Usage itself;
+	// parseFlags prints help (on stdout) or the error, with the flags
+	// spelt as the help spells them, and a pointer to help (on stderr)
+	// instead, so that each appears once.
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return fs
 }
@@ -212,7 +214,7 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (pos []string, code int
 				printUsage(e.stdout, fs)
 				return nil, exitOK, false
 			}
-			// The flag package has printed what was wrong.
+			fmt.Fprintln(e.stderr, dashFlags(err.Error()))
 			fmt.Fprintf(e.stderr, "Run 'ferry help %s' for usage.\n", strings.TrimPrefix(fs.Name(), "ferry "))
 			return nil, exitUsage, false
 		}
@@ -227,6 +229,16 @@ func parseFlags(e *env, fs *flag.FlagSet, args []string) (pos []string, code int
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// flagInError is a flag as the flag package's errors spell it: one dash.
+var flagInError = regexp.MustCompile(`(^|[ :])-([A-Za-z][A-Za-z0-9-]+)\b`)
+
+// dashFlags respells the flags in a flag package error with two dashes,
+// as the help and the usage lines spell them (one-letter flags such as
+// -c keep one).
+func dashFlags(msg string) string {
+	return flagInError.ReplaceAllString(msg, "$1--$2")
 }
 
 // usageError reports a bad command line and returns exitUsage.

@@ -421,3 +421,21 @@ func TestServeBadListenIsUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagErrorsSpellFlagsAsHelp: a bad flag's error names it as the
+// help does (--count, -c), once, on stderr, with exit 2.
+func TestFlagErrorsSpellFlagsAsHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ping", "--bogus"}, "not defined: --bogus\n"},
+		{[]string{"ping", "--count", "x", "v2:127.0.0.1:1/0"}, "for flag --count: "},
+		{[]string{"ping", "-c"}, "needs an argument: -c\n"},
+	} {
+		r := runFerry(t, 30*time.Second, tc.args...)
+		if r.code != exitUsage || r.stdout != "" || strings.Count(r.stderr, tc.want) != 1 || !strings.Contains(r.stderr, "ferry help ping") {
+			t.Errorf("ferry %v: exit %d, stdout %q, stderr %q; want %d and %q once", tc.args, r.code, r.stdout, r.stderr, exitUsage, tc.want)
+		}
+	}
+}
