@@ -1,7 +1,9 @@
 package rpc_test
 
 import (
+	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,6 +66,22 @@ func TestBulkTimeoutOnClock(t *testing.T) {
 		}
 		if st := cctx.BulkStats(); st.Active != 0 || st.InFlight != 0 {
 			t.Fatalf("%d bytes: stats after the timeout: %+v", n, st)
+		}
+	}
+}
+
+// TestBulkHugeTimeoutClamped: a transfer's Timeout beyond MaxTimeout is
+// clamped to it, as a request's is, rather than overflowing the
+// deadline into the past (math.MaxInt64 timed the transfer out at once).
+func TestBulkHugeTimeoutClamped(t *testing.T) {
+	srv, cli, _ := setup(t, rpc.Options{}, rpc.Options{})
+	cctx := newCtx(t, cli, rpc.ContextOptions{Auto: true})
+	r := register(t, srv, [][]byte{make([]byte, 256<<10)}, rpc.BulkRO)
+	l := register(t, cli, [][]byte{make([]byte, 256<<10)}, rpc.BulkWO)
+	for _, to := range []time.Duration{math.MaxInt64, 2 * rpc.MaxTimeout} {
+		if err := cctx.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l,
+			Len: 256 << 10, Peer: &rpc.Endpoint{}, Timeout: to}); err != nil {
+			t.Errorf("GET with Timeout %v: %v", to, err)
 		}
 	}
 }

@@ -56,7 +56,8 @@ type BulkDesc struct {
 	Via  *Incoming
 	Peer *Endpoint
 
-	// Timeout bounds the transfer; 0 means the context's timeout.
+	// Timeout bounds the transfer; 0 means the context's timeout. It is
+	// clamped to MaxTimeout.
 	Timeout time.Duration
 	// Arg is handed back in the completion.
 	Arg any
@@ -391,6 +392,7 @@ func (c *Context) startOn(conn *msgr.Conn, d BulkDesc, cb BulkCallback, onDone f
 	if to <= 0 {
 		to = c.Timeout()
 	}
+	to = min(to, MaxTimeout) // as a request's: no deadline overflows
 	c.bmu.Lock()
 	if c.bclosed {
 		c.bmu.Unlock()
