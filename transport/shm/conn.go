@@ -5,6 +5,7 @@ package shm
 import (
 	"encoding/binary"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -718,15 +719,24 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
+// deadlineNanos is t in Unix nanoseconds: 0 for none, 1 for one long
+// past, and math.MaxInt64 for one past what UnixNano can say (after
+// 2262), which would otherwise overflow into the past.
 func deadlineNanos(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
+	}
+	if t.After(maxDeadline) {
+		return math.MaxInt64
 	}
 	if n := t.UnixNano(); n > 0 {
 		return n
 	}
 	return 1 // long past
 }
+
+// maxDeadline is the latest time UnixNano represents.
+var maxDeadline = time.Unix(0, math.MaxInt64)
 
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: scheme, Source: c.local, Addr: c.remote, Err: err}

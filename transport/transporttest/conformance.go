@@ -102,6 +102,7 @@ func Run(t *testing.T, tr transport.Transport, listenAddr string) {
 		{"CloseEOF", testCloseEOF},
 		{"ReadDeadline", testReadDeadline},
 		{"PastDeadline", testPastDeadline},
+		{"FarDeadline", testFarDeadline},
 		{"DeadlineUnblocksRead", testDeadlineUnblocksRead},
 		{"WriteDeadline", testWriteDeadline},
 		{"CloseUnblocksRead", testCloseUnblocksRead},
@@ -321,6 +322,25 @@ func testPastDeadline(t *testing.T, tr transport.Transport, addr string) {
 	checkTimeout(t, "Read", err)
 	_, err = c.Write([]byte("y"))
 	checkTimeout(t, "Write", err)
+}
+
+// testFarDeadline: a deadline centuries ahead (past what UnixNano can
+// say) is no deadline yet, as on TCP: reads and writes go through.
+func testFarDeadline(t *testing.T, tr transport.Transport, addr string) {
+	c, s := Pair(t, tr, addr)
+	setDeadline(t, s)
+	if err := c.SetDeadline(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatalf("Write with a deadline in the year 3000: %v", err)
+	}
+	if _, err := s.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("Read with a deadline in the year 3000: %v", err)
+	}
 }
 
 func testDeadlineUnblocksRead(t *testing.T, tr transport.Transport, addr string) {
