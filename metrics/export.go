@@ -135,8 +135,12 @@ func (s *Snapshot) PerfDump() map[string]map[string]any {
 	return out
 }
 
-// number keeps integral values integers in JSON.
+// number keeps integral values integers in JSON, and writes a value
+// JSON cannot hold (NaN, ±Inf, which a GaugeFunc may return) as null.
 func number(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
 	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
 		return int64(v)
 	}

@@ -196,15 +196,35 @@ type Registry struct {
 	mu       sync.Mutex
 	families []*family
 	byName   map[string]*family
+	// exported maps each name a family's samples are exported under
+	// (NAME_total for a counter, NAME_bucket, _sum and _count for a
+	// histogram) to the family's name, so that two families cannot
+	// write one series.
+	exported map[string]string
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{byName: map[string]*family{}} }
+func NewRegistry() *Registry {
+	return &Registry{byName: map[string]*family{}, exported: map[string]string{}}
+}
+
+// exportedNames are the names the Prometheus exposition writes a family
+// of kind k named name under.
+func exportedNames(name string, k Kind) []string {
+	switch k {
+	case KindCounter:
+		return []string{name + "_total"}
+	case KindHistogram:
+		return []string{name, name + "_bucket", name + "_sum", name + "_count"}
+	}
+	return []string{name}
+}
 
 // register returns the family named by d, creating it; registering the
 // same name again with the same kind and labels returns the existing
 // family (two messengers sharing a registry share their metrics), and
-// with another kind or labels panics.
+// with another kind or labels panics, as does a name whose exported
+// series another family writes (a gauge n_total beside a counter n).
 func (r *Registry) register(d Desc, k Kind) *family {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -214,6 +234,15 @@ func (r *Registry) register(d Desc, k Kind) *family {
 			panic("metrics: " + name + " registered twice with different kinds or labels")
 		}
 		return f
+	}
+	names := exportedNames(name, k)
+	for _, n := range names {
+		if other, ok := r.exported[n]; ok {
+			panic("metrics: " + name + " would export " + n + ", which " + other + " exports")
+		}
+	}
+	for _, n := range names {
+		r.exported[n] = name
 	}
 	f := &family{desc: d, kind: k}
 	r.byName[name] = f
@@ -315,11 +344,16 @@ func (r *Registry) Snapshot() Snapshot {
 		children := slices.Clone(f.order)
 		fns := slices.Clone(f.fns)
 		f.mu.Unlock()
+		// The functions' sum is the family's unlabelled value; a Counter
+		// or Gauge registered under the same name adds to it rather than
+		// writing a second series of the same name.
+		fnAt := -1
 		if len(fns) > 0 {
 			var v float64
 			for _, fn := range fns {
 				v += fn()
 			}
+			fnAt = len(out.Samples)
 			out.Samples = append(out.Samples, Sample{Value: v})
 		}
 		for _, c := range children {
@@ -332,6 +366,10 @@ func (r *Registry) Snapshot() Snapshot {
 			case KindHistogram:
 				h := c.h.Snapshot()
 				sm.Hist = &h
+			}
+			if fnAt >= 0 && len(c.values) == 0 && sm.Hist == nil {
+				out.Samples[fnAt].Value += sm.Value
+				continue
 			}
 			out.Samples = append(out.Samples, sm)
 		}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,72 @@ func TestRegisterConflictPanics(t *testing.T) {
 		}
 	}()
 	r.Gauge(Desc{Subsystem: "a", Name: "b"})
+}
+
+// TestExportedNameConflictPanics: a family whose exported series
+// another family writes (a gauge n_total beside a counter n, a gauge
+// h_count beside a histogram h) is refused, as an invalid exposition
+// would otherwise come out.
+func TestExportedNameConflictPanics(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		first, then func(r *Registry)
+	}{
+		{"gauge n_total after counter n",
+			func(r *Registry) { r.Counter(Desc{Subsystem: "s", Name: "n"}) },
+			func(r *Registry) { r.Gauge(Desc{Subsystem: "s", Name: "n_total"}) }},
+		{"counter n after gauge n_total",
+			func(r *Registry) { r.Gauge(Desc{Subsystem: "s", Name: "n_total"}) },
+			func(r *Registry) { r.Counter(Desc{Subsystem: "s", Name: "n"}) }},
+		{"gauge h_count after histogram h",
+			func(r *Registry) { r.Histogram(Desc{Subsystem: "s", Name: "h"}) },
+			func(r *Registry) { r.Gauge(Desc{Subsystem: "s", Name: "h_count"}) }},
+	} {
+		r := NewRegistry()
+		tc.first(r)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			tc.then(r)
+		}()
+	}
+}
+
+// TestFuncAndValueShareOneSeries: a Counter and a CounterFunc under one
+// name are one series, their sum, not two samples of the same name.
+func TestFuncAndValueShareOneSeries(t *testing.T) {
+	r := NewRegistry()
+	r.Counter(Desc{Subsystem: "s", Name: "n", Help: "x"}).Add(2)
+	r.CounterFunc(Desc{Subsystem: "s", Name: "n", Help: "x"}, func() float64 { return 3 })
+	s := r.Snapshot()
+	var out strings.Builder
+	if err := s.WritePrometheus(&out); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), "\nferry_s_n_total "); got != 1 || !strings.Contains(out.String(), "ferry_s_n_total 5\n") {
+		t.Errorf("exposition:\n%s\nwant one ferry_s_n_total sample of 5", out.String())
+	}
+}
+
+// TestPerfDumpNonFinite: a gauge function's NaN or infinity leaves the
+// perf dump valid JSON (null), rather than failing the whole dump.
+func TestPerfDumpNonFinite(t *testing.T) {
+	r := NewRegistry()
+	r.GaugeFunc(Desc{Subsystem: "s", Name: "nan", Help: "x"}, math.NaN)
+	r.GaugeFunc(Desc{Subsystem: "s", Name: "inf", Help: "x"}, func() float64 { return math.Inf(1) })
+	r.Gauge(Desc{Subsystem: "s", Name: "ok", Help: "x"}).Set(7)
+	s := r.Snapshot()
+	b, err := json.Marshal(s.PerfDump())
+	if err != nil {
+		t.Fatalf("perf dump with a NaN gauge: %v", err)
+	}
+	var got map[string]map[string]any
+	if err := json.Unmarshal(b, &got); err != nil || got["s"]["nan"] != nil || got["s"]["inf"] != nil || got["s"]["ok"] != float64(7) {
+		t.Errorf("perf dump %s (%v)", b, err)
+	}
 }
 
 func BenchmarkCounterInc(b *testing.B) {
