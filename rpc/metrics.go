@@ -18,8 +18,16 @@ import (
 // read per RPC; errors take a lock to find their code's counter):
 //
 //	rpc.requests_completed{opcode}        requests this origin completed (any outcome)
-//	rpc.request_errors{opcode,code}       of which failed, by code (timed_out, unreachable, ...)
+//	rpc.request_errors{opcode,code}       of which failed, by code (below)
 //	rpc.request_latency_seconds{opcode}   submit to completion (histogram)
+//
+// The code label is the Code's text in snake case: timed_out,
+// target_unreachable, unregistered_opcode, canceled, no_reply,
+// handler_error, malformed_payload, bad_target, payload_too_large,
+// rank_excluded_from_group, shut_down, not_found, target_busy,
+// permission_denied, invalid_argument, wrong_rank,
+// group_version_mismatch, and other for a code ferry does not know
+// (TestCodeLabelsDocumented keeps this list whole).
 //
 // Summed over the instance's contexts when read (Stats, BulkStats):
 //
