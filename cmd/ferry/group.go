@@ -194,7 +194,7 @@ func runGroup(ctx context.Context, e *env, args []string) int {
 	if *file == "" {
 		return usageError(e, fs, "--group FILE is required")
 	}
-	if *timeout <= time.Second {
+	if *timeout < time.Second {
 		return usageError(e, fs, "--timeout %v: at least 1s", *timeout)
 	}
 	name, members, err := readGroupFile(*file)

@@ -402,8 +402,10 @@ func TestGroupUsage(t *testing.T) {
 		{[]string{"group", "--group", file}, 2, "want the subcommand stat"},
 		{[]string{"group", "stat", "--group", file, "--timeout", "10ms"}, 2, "at least 1s"},
 		{[]string{"group", "stat", "--group", filepath.Join(t.TempDir(), "none")}, 1, "no such file"},
-		// Nobody serves the file's addresses.
+		// Nobody serves the file's addresses (1s, the least allowed, is
+		// allowed).
 		{[]string{"group", "stat", "--group", file, "--timeout", "3s"}, 1, "no rank could root the status collective"},
+		{[]string{"group", "stat", "--group", file, "--timeout", "1s"}, 1, "no rank could root the status collective"},
 	} {
 		r := runFerry(t, 30*time.Second, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {

@@ -24,7 +24,7 @@ func runSim(ctx context.Context, e *env, args []string) int {
 	pause := fs.Int("pause", 0, "other ranks paused as by SIGSTOP, at seeded times in the first half of the run")
 	pauseFor := fs.Duration("pause-for", 0, "how long each pause lasts (0: a seeded quarter to half of the suspicion timeout)")
 	delayMin := fs.Duration("delay-min", sim.DefaultDelayMin, "shortest one-way message delay")
-	delayMax := fs.Duration("delay-max", sim.DefaultDelayMax, "longest one-way message delay (delays are uniform in between)")
+	delayMax := fs.Duration("delay-max", sim.DefaultDelayMax, "longest one-way message delay, above 0 (delays are uniform in between)")
 	collEvery := fs.Duration("coll-every", 10*time.Second, "start a collective (broadcast and sum over the group) every this much simulated time (0: none)")
 	collTopo := fs.String("coll-topo", "knomial:4", "the collectives' tree: flat, kary:K or knomial:K")
 	collTimeout := fs.Duration("coll-timeout", sim.DefaultCollTimeout, "a collective's deadline at its root")
@@ -70,8 +70,8 @@ func runSim(ctx context.Context, e *env, args []string) int {
 		return usageError(e, fs, "--kill and --pause must not be negative, and together at most --ranks")
 	case *pauseFor < 0:
 		return usageError(e, fs, "--pause-for must not be negative")
-	case *delayMin < 0 || *delayMax < *delayMin:
-		return usageError(e, fs, "want 0 <= --delay-min <= --delay-max")
+	case *delayMin < 0 || *delayMax < *delayMin || *delayMax == 0:
+		return usageError(e, fs, "want 0 <= --delay-min <= --delay-max, and --delay-max above 0 (the simulator's messages take some time)")
 	case *collEvery < 0 || *collTimeout < 0:
 		return usageError(e, fs, "--coll-every and --coll-timeout must not be negative")
 	}

@@ -80,6 +80,7 @@ func TestSimUsage(t *testing.T) {
 		{"sim", "extra"},
 		{"sim", "--coll-topo", "kary"},
 		{"sim", "--coll-topo", "ring:3"},
+		{"sim", "--delay-min", "0", "--delay-max", "0"}, // 0 would mean the defaults
 	} {
 		if r := runFerry(t, 10*time.Second, args...); r.code != exitUsage {
 			t.Errorf("%q: exit %d, want %d", args, r.code, exitUsage)
