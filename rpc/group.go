@@ -222,8 +222,8 @@ func (g *Group) Remove(ranks ...uint32) error {
 // version to version, which must be greater than the current one. ModAdd
 // fails with ErrExists if a rank is a member; ModRemove ignores ranks that
 // are not; ModReplace removes every member not listed and adds or
-// updates those listed. This instance's own rank cannot be removed or
-// re-addressed. Requests to removed ranks complete with ErrExcluded; the
+// updates those listed; a rank listed twice fails with ErrInvalid. This
+// instance's own rank cannot be removed or re-addressed. Requests to removed ranks complete with ErrExcluded; the
 // contexts forget the connections of removed and re-addressed ranks.
 //
 // Every rank should see the same sequence of versions: Modify changes
@@ -295,6 +295,11 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, c
 			return nil, nil, nil, 0, fmt.Errorf("%w: rank %d has no URI", ErrInvalid, m.Rank)
 		}
 	}
+	if op != ModRemove {
+		if r, dup := duplicateRank(ms); dup {
+			return nil, nil, nil, 0, fmt.Errorf("%w: rank %d listed twice", ErrInvalid, r)
+		}
+	}
 	switch op {
 	case ModAdd:
 		for _, m := range ms {
@@ -349,6 +354,18 @@ func (g *Group) modify(op ModOp, ms []Member, version uint32) (added, removed, c
 	slices.Sort(removed)
 	g.version.Store(version)
 	return added, removed, changed, version, nil
+}
+
+// duplicateRank reports a rank ms lists more than once.
+func duplicateRank(ms []Member) (uint32, bool) {
+	seen := make(map[uint32]bool, len(ms))
+	for _, m := range ms {
+		if seen[m.Rank] {
+			return m.Rank, true
+		}
+		seen[m.Rank] = true
+	}
+	return 0, false
 }
 
 // Members returns the members with the URIs of their tag 0, by rank.
@@ -464,6 +481,9 @@ func ReadAttachFile(r io.Reader) (name string, ms []Member, err error) {
 	}
 	if name == "" {
 		return "", nil, fmt.Errorf("%w: attach file has no name line", ErrInvalid)
+	}
+	if r, dup := duplicateRank(ms); dup {
+		return "", nil, fmt.Errorf("%w: attach file lists rank %d twice", ErrInvalid, r)
 	}
 	return name, ms, nil
 }

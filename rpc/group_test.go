@@ -237,6 +237,49 @@ func TestGroupAddRemoveConcurrent(t *testing.T) {
 	}
 }
 
+// TestGroupRefusesBadInput: a membership listing a rank twice (Modify,
+// an attach file), a group name that cannot name its attach file, an
+// unknown member state and an unknown SWIM authority are refused, not
+// taken (the last URI won, EventJoined came twice, SaveAttach wrote
+// outside its directory, state(9) counted as alive).
+func TestGroupRefusesBadInput(t *testing.T) {
+	n := newNet()
+	s := n.server(t, 0, 1, rpc.Options{})
+	g := s.Group()
+	v := g.Version()
+	for _, op := range []rpc.ModOp{rpc.ModAdd, rpc.ModReplace} {
+		if err := g.Modify(op, []rpc.Member{{1, "tcp://a:1"}, {1, "tcp://b:1"}}, v+1); !errors.Is(err, rpc.ErrInvalid) {
+			t.Errorf("%v with rank 1 twice: %v, want ErrInvalid", op, err)
+		}
+	}
+	if g.Version() != v || g.Size() != 1 {
+		t.Errorf("a refused change changed the group: version %d, size %d", g.Version(), g.Size())
+	}
+	if _, _, err := rpc.ReadAttachFile(strings.NewReader("name g\n5 tcp://x:1\n5 tcp://y:1\n")); !errors.Is(err, rpc.ErrInvalid) {
+		t.Errorf("attach file with rank 5 twice: %v, want ErrInvalid", err)
+	}
+	for _, name := range []string{"../escaped", " g", "x\ny", "a/b", ".."} {
+		if in, err := rpc.New(rpc.Options{Group: name, Logger: quietLogger()}); !errors.Is(err, rpc.ErrInvalid) {
+			if in != nil {
+				in.Close()
+			}
+			t.Errorf("group name %q: %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := g.Add(1, "tcp://10.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	if g.SetState(1, rpc.MemberState(9), 3) {
+		t.Error("SetState with an unknown state changed something")
+	}
+	if st, _, _ := g.State(1); st != rpc.MemberAlive {
+		t.Errorf("state %v after an unknown verdict", st)
+	}
+	if _, err := s.StartSWIM(rpc.SWIMOptions{Authority: 9}); !errors.Is(err, rpc.ErrInvalid) {
+		t.Errorf("StartSWIM with authority 9: %v, want ErrInvalid", err)
+	}
+}
+
 func TestGroupModify(t *testing.T) {
 	n := newNet()
 	s := n.server(t, 2, 1, rpc.Options{})

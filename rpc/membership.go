@@ -283,13 +283,14 @@ func (g *Group) Excluded(rank uint32) bool {
 // to it fail at once without dialling it) until a later verdict has it
 // alive. A verdict older than the one recorded (a lower incarnation) is
 // ignored, as is any verdict but dead at the incarnation a member died
-// at, and one on a non-member. It reports whether the state
-// changed, and emits the event. The SWIM service started by StartSWIM
+// at, one on a non-member, and a state that is none of MemberAlive,
+// MemberSuspect and MemberDead. It reports whether the state changed,
+// and emits the event. The SWIM service started by StartSWIM
 // calls it; an application with its own failure detector may too. It
 // does not change the group's version: that is the authority's (see
 // Propose).
 func (g *Group) SetState(rank uint32, st MemberState, inc uint64) bool {
-	if rank == g.Self() {
+	if rank == g.Self() || st > MemberDead {
 		return false
 	}
 	g.mu.Lock()

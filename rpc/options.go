@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
@@ -235,6 +237,9 @@ func (o *Options) validate() error {
 	if o.MaxContexts < 0 || o.MaxContexts > MaxContexts {
 		errs = append(errs, fmt.Errorf("MaxContexts %d is not in 0..%d", o.MaxContexts, MaxContexts))
 	}
+	if err := checkGroupName(o.Group); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Messenger != nil && o.Listen != "" {
 		errs = append(errs, errors.New("Listen is set with Messenger"))
 	}
@@ -246,6 +251,21 @@ func (o *Options) validate() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: options: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkGroupName refuses a group name that could not name its attach
+// file (NAME.attach_info, in the directory given) or survive its name
+// line: a path separator, "." or "..", white space or a control
+// character. Empty is the default name.
+func checkGroupName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, `/\`) ||
+		strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("Group %q: want a name without a path separator, spaces or control characters", name)
 	}
 	return nil
 }

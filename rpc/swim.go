@@ -120,14 +120,17 @@ type SWIM struct {
 // reported to Watch callbacks, and, as the Authority decides, lead to a
 // new group version. A rank removed from the group that sends this rank a
 // SWIM message is sent the current membership, so it learns it was
-// excluded. StartSWIM fails on a client instance and if SWIM already
-// runs. Instance.Close stops it.
+// excluded. StartSWIM fails on a client instance, with an Authority it
+// does not know, and if SWIM already runs. Instance.Close stops it.
 func (in *Instance) StartSWIM(o SWIMOptions) (*SWIM, error) {
 	if in.rank == RankNone {
 		return nil, fmt.Errorf("%w: SWIM needs a rank (a listening instance)", ErrInvalid)
 	}
 	if err := o.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if o.Authority > AuthorityApplication {
+		return nil, fmt.Errorf("%w: SWIM authority %d", ErrInvalid, o.Authority)
 	}
 	if o.Config.Incarnation == 0 {
 		o.Config.Incarnation = uint64(in.clock.Now().UnixNano())
