@@ -59,13 +59,12 @@ type Bulk struct {
 	perm  BulkPerm
 	freed atomic.Bool
 
-	// wmu guards users: peers' PUT chunks being written into the buffer
-	// right now, and the direct-path leases of same-host peers reading or
-	// writing it; Free waits for them (wdone is signalled when the last
-	// one ends).
-	wmu   sync.Mutex
-	users int
-	wdone *sync.Cond
+	// wmu guards writers: peers' PUT chunks being written into the
+	// buffer right now; Free waits for them (wdone is signalled when the
+	// last one ends).
+	wmu     sync.Mutex
+	writers int
+	wdone   *sync.Cond
 
 	// bound names the origin (crt_bulk_bind): set by Bind.
 	bound atomic.Pointer[bulkOrigin]
@@ -191,19 +190,20 @@ func newBulk(in *Instance, segs [][]byte, perm BulkPerm) *Bulk {
 	return b
 }
 
-// Free deregisters b (crt_bulk_free): peers can no longer reach it.
-// Transfers that use it as their local side must have completed. Peers'
-// writes into b end first: Free waits for a PUT chunk being read into the
+// Free deregisters b (crt_bulk_free): peers can no longer start a
+// transfer on it. Transfers that use it as their local side must have
+// completed. Peers' writes into b end first: Free waits for a PUT chunk being read into the
 // buffer (or for its connection to fail), stops the pulls of rendezvous
 // PUTs into it (their initiators get ErrNotFound) once their chunk in
-// progress has landed, and waits for same-host peers reading or writing
-// it directly (the direct path) to report done, or for their
-// connections to fail. Once Free returns, nothing more is written into
-// the buffer by a peer, and no peer copies out of it directly. Chunks of
-// a GET served by messages before Free refer to the buffer until they
-// are sent (on a lossless connection, until the peer acknowledges
-// them), so keep it unchanged until the peers' GETs of it complete.
-// Because it
+// progress has landed, and waits for same-host peers writing into it
+// directly to report done (or for their connections to fail). Once Free
+// returns nothing more is written into the buffer by a peer. Peers'
+// reads are not waited for: chunks of a GET served by messages refer to
+// the buffer until they are sent (on a lossless connection, until the
+// peer acknowledges them), and a same-host peer copying it directly may
+// go on until its transfer ends, so keep the buffer's contents until
+// the peers' GETs of it complete (waiting for them here could block a
+// connection's reader on the very message that ends them). Because it
 // may wait for a peer, do not call it from an Inline handler: that runs
 // on a connection's reader, which may be what has to deliver the peer's
 // word.
@@ -229,7 +229,7 @@ func (b *Bulk) Free() {
 		}
 	}
 	b.wmu.Lock()
-	for b.users > 0 {
+	for b.writers > 0 {
 		if b.wdone == nil {
 			b.wdone = sync.NewCond(&b.wmu)
 		}
@@ -238,23 +238,22 @@ func (b *Bulk) Free() {
 	b.wmu.Unlock()
 }
 
-// acquireUse registers a peer's write into b, or a direct lease on it;
-// false if b was freed.
-func (b *Bulk) acquireUse() bool {
+// acquireWrite registers a peer's write into b; false if b was freed.
+func (b *Bulk) acquireWrite() bool {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	if b.freed.Load() {
 		return false
 	}
-	b.users++
+	b.writers++
 	return true
 }
 
-// releaseUse ends a use acquireUse registered.
-func (b *Bulk) releaseUse() {
+// releaseWrite ends a write acquireWrite registered.
+func (b *Bulk) releaseWrite() {
 	b.wmu.Lock()
-	b.users--
-	if b.users == 0 && b.wdone != nil {
+	b.writers--
+	if b.writers == 0 && b.wdone != nil {
 		b.wdone.Broadcast()
 	}
 	b.wmu.Unlock()

@@ -57,11 +57,18 @@ const (
 // watched, so that its leases end when the connection closes however it
 // closes.
 
-// directLease is a range of b the peer may touch; it holds a use of b
-// (acquireUse) until end, so that b.Free waits until the peer is done.
-type directLease struct{ b *Bulk }
+// directLease is a range of b the peer may touch; a write lease holds a
+// write of b (acquireWrite) until end.
+type directLease struct {
+	b     *Bulk
+	write bool
+}
 
-func (l directLease) end() { l.b.releaseUse() }
+func (l directLease) end() {
+	if l.write {
+		l.b.releaseWrite()
+	}
+}
 
 // directKey names a transfer on a connection: the initiator's tag and
 // transfer id.
@@ -258,10 +265,10 @@ func (in *Instance) serveDirect(conn *msgr.Conn, h *wire.BulkHeader) {
 		reply(CodeBusy, 0, nil) // too scattered: by messages
 		return
 	}
-	// A lease counts as a use of b (acquireUse), so that b.Free waits
-	// until the peer is done reading or writing it.
-	l := directLease{b: b}
-	if !b.acquireUse() {
+	// A write lease counts as a write into b (acquireWrite), so that
+	// b.Free waits until the peer is done writing.
+	l := directLease{b: b, write: write}
+	if write && !b.acquireWrite() {
 		reply(CodeNotFound, 0, nil)
 		return
 	}

@@ -350,47 +350,6 @@ func TestDirectAbortWaitsForCopy(t *testing.T) {
 	waitLeases(t)
 }
 
-// TestDirectFreeWaitsForReader: Free of a buffer a same-host peer is
-// copying out of directly (a GET's system call in progress) returns
-// only once the peer is done, so that the buffer's memory is not
-// reused under the copy. (Found by a review in session 21: Free
-// returned at once, and a 256 MiB GET delivered what the application
-// wrote into the freed buffer afterwards.)
-func TestDirectFreeWaitsForReader(t *testing.T) {
-	const n = 16 << 20
-	p := newDirectPair(t, "shm", rpc.Options{})
-	r, err := p.srv.NewBulk([][]byte{bytes.Repeat([]byte{0xA5}, n)}, rpc.BulkRO)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := make([]byte, n)
-	l := register(t, p.cli, [][]byte{dst}, rpc.BulkRW)
-	if err := p.cctx.TransferWait(context.Background(), rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: 1, Peer: p.peer}); err != nil {
-		t.Fatal(err)
-	}
-	waitLeases(t)
-	entered, release := holdDirectCalls(t)
-	done := make(chan error, 1)
-	if _, err := p.cctx.Transfer(rpc.BulkDesc{Op: rpc.BulkGet, Remote: r.Handle(), Local: l, Len: n, Peer: p.peer},
-		func(c rpc.BulkCompletion) { done <- c.Err }); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, entered, "the direct read")
-	freed := make(chan struct{})
-	go func() { r.Free(); close(freed) }()
-	select {
-	case <-freed:
-		t.Fatal("Free returned while a peer was copying out of the buffer")
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(release)
-	recv(t, freed, "Free after the peer's copy")
-	if err := recv(t, done, "the GET"); err != nil && !errors.Is(err, rpc.ErrNotFound) {
-		t.Fatalf("GET of a buffer freed under it: %v, want success or ErrNotFound", err)
-	}
-	waitLeases(t)
-}
-
 // ---- two processes ----
 
 // ptraceScope returns Yama's ptrace_scope, or "" without Yama.

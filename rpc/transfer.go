@@ -884,13 +884,13 @@ func (d *dispatcher) PlaceData(conn *msgr.Conn, mh *msg.Header, front []byte, n 
 		return bufs
 	}
 	b, code := in.putTarget(conn, &h, n)
-	if code != CodeOK || !b.acquireUse() {
+	if code != CodeOK || !b.acquireWrite() {
 		return nil
 	}
 	// The reader dispatches this chunk (servePut) or unplaces it next;
 	// either ends the write.
 	if !in.peerOf(conn).placing(b, nil) {
-		b.releaseUse()
+		b.releaseWrite()
 		return nil
 	}
 	return b.slice(nil, int64(h.Off), int64(h.Len))
@@ -926,7 +926,7 @@ func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
 func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
 	b, t := in.peerOf(conn).takePlaced()
 	if b != nil {
-		b.releaseUse()
+		b.releaseWrite()
 	}
 	if t != nil {
 		c := t.c
@@ -1059,15 +1059,15 @@ func (in *Instance) serveGet(conn *msgr.Conn, h *wire.BulkHeader) {
 func (in *Instance) servePut(conn *msgr.Conn, h *wire.BulkHeader, data msg.Buffers) {
 	if b, _ := in.peerOf(conn).takePlaced(); b != nil {
 		// Read straight into the buffer by PlaceData: it has landed.
-		b.releaseUse()
+		b.releaseWrite()
 		in.bulkReply(conn, h, wire.BulkAck, CodeOK, nil, msg.PrioDefault)
 		return
 	}
 	b, code := in.putTarget(conn, h, data.Len())
 	if code == CodeOK {
-		if b.acquireUse() {
+		if b.acquireWrite() {
 			b.copyIn(int64(h.Off), data)
-			b.releaseUse()
+			b.releaseWrite()
 		} else {
 			code = CodeNotFound
 		}
@@ -1207,7 +1207,7 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 	endPull := func() { a.add(chPulls, -1) }
 	// The pull writes into b for the peer: b.Free waits for it, and stops
 	// it (it fails the pull, found in the account's rts).
-	if !b.acquireUse() {
+	if !b.acquireWrite() {
 		endPull()
 		ack(CodeNotFound)
 		return
@@ -1223,12 +1223,12 @@ func (in *Instance) serveRTS(conn *msgr.Conn, h *wire.BulkHeader) {
 		if t := started.Load(); t != nil {
 			a.dropRTS(key, t)
 		}
-		b.releaseUse()
+		b.releaseWrite()
 		endPull()
 		ack(CodeOf(err))
 	})
 	if err != nil {
-		b.releaseUse()
+		b.releaseWrite()
 		endPull()
 		ack(CodeOf(err))
 		return
