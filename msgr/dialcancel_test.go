@@ -3,10 +3,12 @@ package msgr_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/ferrymsg/ferry/msg"
 	"github.com/ferrymsg/ferry/msgr"
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -72,6 +74,12 @@ func (b *badAddrDial) Dial(_ context.Context, a transport.Addr) (transport.Conn,
 	return nil, &transport.AddrError{Input: a.String(), Reason: "no such place", Err: transport.ErrBadAddr}
 }
 
+// refusedCounter counts HandleRefused events and dispatches nothing.
+type refusedCounter struct{ n atomic.Int32 }
+
+func (r *refusedCounter) Dispatch(*msg.Message) bool { return false }
+func (r *refusedCounter) HandleRefused(*msgr.Conn)   { r.n.Add(1) }
+
 // TestConnectUnknownScheme: an address whose scheme has no transport in
 // Config.Transports fails in Connect, with ErrUnknownScheme, rather than
 // yielding a connection that retries a dial that can never work.
@@ -100,6 +108,8 @@ func TestDialBadAddrFailsForGood(t *testing.T) {
 				bd := &badAddrDial{dials: make(chan struct{}, 1024)}
 				reg := transport.NewRegistry(bd)
 				cli, _ := newClient(t, reg, msgr.Config{InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+				refused := &refusedCounter{}
+				cli.AddDispatcherHead(refused)
 				cli.SetDefaultPolicy(p.policy)
 				conn, err := cli.Connect("badaddr://x/y")
 				if err != nil {
@@ -117,6 +127,11 @@ func TestDialBadAddrFailsForGood(t *testing.T) {
 				synctest.Wait()
 				if n := len(bd.dials); n != 1 {
 					t.Fatalf("%d dials, want 1", n)
+				}
+				// Told as a refusal, so that what waits on the
+				// connection (an rpc request) fails at once.
+				if got := refused.n.Load(); got != 1 {
+					t.Fatalf("%d refused events, want 1", got)
 				}
 			})
 		})

@@ -52,7 +52,9 @@ type ResetHandler interface{ HandleReset(c *Conn) }
 type RemoteResetHandler interface{ HandleRemoteReset(c *Conn) }
 
 // RefusedHandler hears that a connection attempt was refused
-// (ms_handle_refused).
+// (ms_handle_refused), or failed for good because its address cannot be
+// dialled (transport.ErrBadAddr, ErrUnknownScheme, ErrBadConfig): the
+// connection's Err says which.
 type RefusedHandler interface{ HandleRefused(c *Conn) }
 
 // DataPlacer is an optional Dispatcher interface that chooses where the data

@@ -65,11 +65,16 @@ func (c *Conn) dialLoop(socketEnded bool) (parked bool) {
 			c.m.met.reconnect()
 			continue
 		}
-		if permanentDialError(err) {
+		if c.outgoing && permanentDialError(err) {
 			// The address or the configuration is wrong: no retry
 			// can succeed, so fail for good, whatever the policy,
-			// rather than retry forever with an empty Err.
+			// rather than retry forever with an empty Err, and say so
+			// as for a refusal (the RefusedHandler finds the error in
+			// Err), so that what waits on the connection fails now.
+			// (An accepted session's own redial, c.dialer, keeps
+			// retrying: its peer may reconnect and resume it.)
 			c.close(err, true)
+			m.queueEvent(itemRefused, c)
 			return false
 		}
 		if c.Policy().Lossy && (c.wasOpen() || errors.Is(err, transport.ErrRefused) || isProtocolRefusal(err)) {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -9,7 +10,8 @@ import (
 
 // setCongestion sets the socket's TCP congestion control (TCP_CONGESTION)
 // to name. An algorithm the kernel does not have (or, unprivileged, one
-// not in net.ipv4.tcp_allowed_congestion_control) fails with ErrBadConfig.
+// not in net.ipv4.tcp_allowed_congestion_control) fails with ErrBadConfig;
+// another error (EBUSY while its module unloads) does not.
 func setCongestion(rc syscall.RawConn, name string) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
@@ -17,10 +19,15 @@ func setCongestion(rc syscall.RawConn, name string) error {
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
+	switch {
+	case serr == nil:
+		return nil
+	case errors.Is(serr, unix.ENOENT), errors.Is(serr, unix.EPERM):
+		// Not in this kernel, or not allowed to this process: no
+		// retry can change that.
 		return fmt.Errorf("%w: tcp congestion control %q: %w", ErrBadConfig, name, serr)
 	}
-	return nil
+	return fmt.Errorf("tcp congestion control %q: %w", name, serr) // EBUSY, ENOMEM...: may pass
 }
 
 // Congestion returns the TCP congestion control of c, a TCP connection.
