@@ -153,7 +153,9 @@ func (in *Instance) handleURILookup(r *Incoming) error {
 		return err
 	}
 	if q.rank == in.rank && in.uri != "" {
-		if in.Context(q.tag) == nil {
+		if c, closed := in.contextSlot(q.tag); closed {
+			return &Error{Code: CodeShutdown, Msg: fmt.Sprintf("rank %d's context with tag %d is closed", q.rank, q.tag)}
+		} else if c == nil {
 			return &Error{Code: CodeBadTarget, Msg: fmt.Sprintf("rank %d has no context with tag %d", q.rank, q.tag)}
 		}
 		return r.Reply(&uriLookupOut{tag: q.tag, uri: in.uri})

@@ -557,6 +557,26 @@ func TestTargetErrors(t *testing.T) {
 	ok()
 }
 
+// TestClosedContextLookup: an origin that has not learned the URI of a
+// closed context's tag asks the rank for it and is answered ErrShutdown,
+// as a request to that context is; a tag the rank never had stays
+// ErrBadTarget.
+func TestClosedContextLookup(t *testing.T) {
+	n := newNet()
+	srv := n.server(t, 0, 2, rpc.Options{}, testProto(newHolder()))
+	srv.Context(1).Close()
+	cli := n.client(t, rpc.Options{}, []*rpc.Instance{srv}, testProto(nil))
+	c := newCtx(t, cli, rpc.ContextOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, rpc.Endpoint{Tag: 1}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrShutdown) {
+		t.Errorf("closed tag, URI not known yet: %v, want ErrShutdown", err)
+	}
+	if err := c.Call(ctx, rpc.Endpoint{Tag: 9}, op(opEcho), &pair{}, nil); !errors.Is(err, rpc.ErrBadTarget) {
+		t.Errorf("tag never had: %v, want ErrBadTarget", err)
+	}
+}
+
 // A message of the request type whose RPC header is garbage is dropped;
 // the server keeps serving.
 func TestMalformedHeader(t *testing.T) {
