@@ -205,7 +205,8 @@ func (g *Group) setURI(rank uint32, tag uint16, uri string) bool {
 // and bumped under the group's lock: concurrent Adds and Removes each
 // get their own version).
 func (g *Group) Add(rank uint32, uri string) error {
-	return g.change(ModAdd, []Member{{Rank: rank, URI: uri}}, nextVersion)
+	_, err := g.change(ModAdd, []Member{{Rank: rank, URI: uri}}, nextVersion)
+	return err
 }
 
 // Remove removes ranks and bumps the version. Requests queued or in flight
@@ -215,7 +216,8 @@ func (g *Group) Remove(ranks ...uint32) error {
 	for i, r := range ranks {
 		ms[i].Rank = r
 	}
-	return g.change(ModRemove, ms, nextVersion)
+	_, err := g.change(ModRemove, ms, nextVersion)
+	return err
 }
 
 // Modify changes the membership (crt_group_primary_modify) and sets the
@@ -235,24 +237,26 @@ func (g *Group) Modify(op ModOp, ms []Member, version uint32) error {
 	if version == nextVersion {
 		return fmt.Errorf("%w: group version %d is not above %d", ErrGroupVersion, version, g.Version())
 	}
-	return g.change(op, ms, version)
+	_, err := g.change(op, ms, version)
+	return err
 }
 
 // nextVersion asks change for the version one above the current one.
 const nextVersion = 0
 
-// change is Modify; version nextVersion takes the one above the current
-// version, under the same lock as the change.
-func (g *Group) change(op ModOp, ms []Member, version uint32) error {
+// change is Modify, returning the version set; version nextVersion
+// takes the one above the current version, under the same lock as the
+// change.
+func (g *Group) change(op ModOp, ms []Member, version uint32) (uint32, error) {
 	added, removed, changed, version, err := g.modify(op, ms, version)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if g.inst != nil && (len(removed) > 0 || len(changed) > 0) {
 		g.inst.groupChanged(removed, changed)
 	}
 	g.changed(added, removed, version)
-	return nil
+	return version, nil
 }
 
 // changed tells the SWIM service and the watchers of a new version's
@@ -484,6 +488,9 @@ func ReadAttachFile(r io.Reader) (name string, ms []Member, err error) {
 	}
 	if r, dup := duplicateRank(ms); dup {
 		return "", nil, fmt.Errorf("%w: attach file lists rank %d twice", ErrInvalid, r)
+	}
+	if err := checkGroupName(name); err != nil {
+		return "", nil, fmt.Errorf("%w: attach file: %w", ErrInvalid, err)
 	}
 	return name, ms, nil
 }

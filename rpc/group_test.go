@@ -258,6 +258,9 @@ func TestGroupRefusesBadInput(t *testing.T) {
 	if _, _, err := rpc.ReadAttachFile(strings.NewReader("name g\n5 tcp://x:1\n5 tcp://y:1\n")); !errors.Is(err, rpc.ErrInvalid) {
 		t.Errorf("attach file with rank 5 twice: %v, want ErrInvalid", err)
 	}
+	if _, _, err := rpc.ReadAttachFile(strings.NewReader("name a/b\n5 tcp://x:1\n")); !errors.Is(err, rpc.ErrInvalid) {
+		t.Errorf("attach file named a/b: %v, want ErrInvalid", err)
+	}
 	for _, name := range []string{"../escaped", " g", "x\ny", "a/b", ".."} {
 		if in, err := rpc.New(rpc.Options{Group: name, Logger: quietLogger()}); !errors.Is(err, rpc.ErrInvalid) {
 			if in != nil {

@@ -464,13 +464,13 @@ func (g *Group) ExcludedAt() uint32 {
 // SWIMOptions.Authority); with AuthorityApplication, the application.
 func (g *Group) Propose(ctx context.Context, c *Context, op ModOp, ms []Member) (uint32, []uint32, error) {
 	g.mu.RLock()
-	v := g.version.Load() + 1
 	before := make(map[uint32]bool, len(g.members))
 	for r := range g.members {
 		before[r] = true
 	}
 	g.mu.RUnlock()
-	if err := g.Modify(op, ms, v); err != nil {
+	v, err := g.change(op, ms, nextVersion) // the version taken under the change's lock
+	if err != nil {
 		return 0, nil, err
 	}
 	full := g.Members()
