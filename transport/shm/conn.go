@@ -720,8 +720,9 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 }
 
 // deadlineNanos is t in Unix nanoseconds: 0 for none, 1 for one long
-// past, and math.MaxInt64 for one past what UnixNano can say (after
-// 2262), which would otherwise overflow into the past.
+// past (before 1970, or before 1678, which UnixNano would wrap into the
+// future), and math.MaxInt64 for one after 2262, which it would wrap
+// into the past.
 func deadlineNanos(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
@@ -729,14 +730,18 @@ func deadlineNanos(t time.Time) int64 {
 	if t.After(maxDeadline) {
 		return math.MaxInt64
 	}
+	if t.Before(minDeadline) {
+		return 1 // long past (before 1678 UnixNano would wrap)
+	}
 	if n := t.UnixNano(); n > 0 {
 		return n
 	}
 	return 1 // long past
 }
 
-// maxDeadline is the latest time UnixNano represents.
-var maxDeadline = time.Unix(0, math.MaxInt64)
+// maxDeadline and minDeadline are the latest and earliest times UnixNano
+// represents.
+var maxDeadline, minDeadline = time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64)
 
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: scheme, Source: c.local, Addr: c.remote, Err: err}

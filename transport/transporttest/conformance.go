@@ -315,13 +315,16 @@ func testPastDeadline(t *testing.T, tr transport.Transport, addr string) {
 	if _, err := s.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetDeadline(time.Now().Add(-time.Second)); err != nil {
-		t.Fatal(err)
+	// A second ago, and centuries ago (before what UnixNano can say).
+	for _, dl := range []time.Time{time.Now().Add(-time.Second), time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		if err := c.SetDeadline(dl); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Read(make([]byte, 1))
+		checkTimeout(t, "Read", err)
+		_, err = c.Write([]byte("y"))
+		checkTimeout(t, "Write", err)
 	}
-	_, err := c.Read(make([]byte, 1))
-	checkTimeout(t, "Read", err)
-	_, err = c.Write([]byte("y"))
-	checkTimeout(t, "Write", err)
 }
 
 // testFarDeadline: a deadline centuries ahead (past what UnixNano can
