@@ -56,6 +56,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	}
 	var groupName string
 	var members []rpc.Member
+	listenFromGroup := false
 	if *groupFile != "" {
 		if groupName, members, err = readGroupFile(*groupFile); err != nil {
 			return usageError(e, fs, "--group: %v", err)
@@ -66,7 +67,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 			found := false
 			for _, m := range members {
 				if m.Rank == uint32(*rank) {
-					*listen, found = m.URI, true
+					*listen, found, listenFromGroup = m.URI, true, true
 				}
 			}
 			if !found {
@@ -76,10 +77,14 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	} else if *withSWIM {
 		return usageError(e, fs, "--swim needs --group")
 	}
+	listenFrom := "--listen"
+	if listenFromGroup {
+		listenFrom = fmt.Sprintf("--group: rank %d's URI", *rank)
+	}
 	if a, err := transport.ParseAddr(*listen); err != nil {
-		return usageError(e, fs, "--listen: %v", err)
+		return usageError(e, fs, "%s: %v", listenFrom, err)
 	} else if _, err := cliTransports("").LookupAddr(a); err != nil {
-		return usageError(e, fs, "--listen: %v", err)
+		return usageError(e, fs, "%s: %v", listenFrom, err)
 	}
 	if mopts.ServerAuth, err = aflags.resolve(); err != nil {
 		return usageError(e, fs, "%v", err)
