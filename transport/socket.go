@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -206,9 +207,11 @@ func checkScheme(a Addr, want string) error {
 // that a process which died left there (one on which nothing accepts:
 // a connect is refused) is removed and the listen tried again, so that
 // a server restarted after a crash binds its old path; a path another
-// listener holds, or that is not a socket, fails with ErrAddrInUse. Two
-// processes that start on one stale path at the same instant can still
-// race, as with any such check (Ceph's admin socket has the same rule).
+// listener holds, or that is not a socket, fails with ErrAddrInUse (as
+// does an abstract name, "@..."). The check is not atomic: a process
+// that binds the path between the refused probe and the removal loses
+// its socket file to this one (Ceph's admin socket has the same rule),
+// so give each server its own path.
 func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "unix", path)
@@ -217,6 +220,9 @@ func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return nil, err
+	}
+	if strings.HasPrefix(path, "@") {
+		return nil, wrap(ErrAddrInUse, err) // an abstract name: no file to judge
 	}
 	fi, serr := os.Lstat(path)
 	if serr != nil || fi.Mode()&os.ModeSocket == 0 {
