@@ -9,57 +9,41 @@ import (
 	"strconv"
 )
 
-// sizeValue is a flag holding a byte count written in decimal with an
-// optional K or M (binary) suffix: "1M" is 1048576.
-type sizeValue int
+// byteFlag is a flag holding a byte count with the suffixes parseBytes
+// reads ("1M" is 1048576, "128MiB" 134217728), as an int (sizes) or an
+// int64 (budgets, where a negative count has a meaning).
+type byteFlag[T int | int64] struct{ p *T }
 
+func newByteFlag[T int | int64](fs *flag.FlagSet, name string, value T, usage string) *T {
+	p := new(T)
+	*p = value
+	fs.Var(byteFlag[T]{p}, name, usage)
+	return p
+}
+
+// newSizeFlag defines a byte-count flag held in an int.
 func newSizeFlag(fs *flag.FlagSet, name string, value int, usage string) *int {
-	p := new(int)
-	*p = value
-	fs.Var((*sizeValue)(p), name, usage)
-	return p
+	return newByteFlag(fs, name, value, usage)
 }
 
-func (s *sizeValue) String() string {
-	if s == nil {
-		return "0"
-	}
-	return strconv.Itoa(int(*s))
-}
-
-func (s *sizeValue) Set(v string) error {
-	n, err := parseInts(v, true)
-	if err != nil || len(n) != 1 {
-		return fmt.Errorf("want a byte count such as 4096, 64K or 1M")
-	}
-	*s = sizeValue(n[0])
-	return nil
-}
-
-// bytesValue is a flag holding a byte count that may be negative, with
-// the suffixes parseBytes reads: "128MiB" is 134217728.
-type bytesValue int64
-
+// newBytesFlag defines a byte-count flag held in an int64.
 func newBytesFlag(fs *flag.FlagSet, name string, value int64, usage string) *int64 {
-	p := new(int64)
-	*p = value
-	fs.Var((*bytesValue)(p), name, usage)
-	return p
+	return newByteFlag(fs, name, value, usage)
 }
 
-func (b *bytesValue) String() string {
-	if b == nil {
+func (f byteFlag[T]) String() string {
+	if f.p == nil {
 		return "0"
 	}
-	return strconv.FormatInt(int64(*b), 10)
+	return strconv.FormatInt(int64(*f.p), 10)
 }
 
-func (b *bytesValue) Set(v string) error {
+func (f byteFlag[T]) Set(v string) error {
 	n, err := parseBytes(v)
-	if err != nil {
-		return err
+	if err != nil || int64(T(n)) != n {
+		return fmt.Errorf("want a byte count such as 4096, 64K, 128MiB or 1G")
 	}
-	*b = bytesValue(n)
+	*f.p = T(n)
 	return nil
 }
 
