@@ -1,8 +1,12 @@
 package rpc
 
 import (
+	"errors"
+	"net"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ferrymsg/ferry/transport"
 )
@@ -25,9 +29,10 @@ var transportRank = map[string]int{"inproc": 0, "shm": 1, "unix": 2}
 // SelectURI picks, from a rank's URI that lists several addresses, the
 // one to dial: the fastest transport in reg (in-process, then shared
 // memory, then Unix sockets, then the network) that can reach the peer.
-// A shm or unix address counts only if its socket exists on this host:
-// that is how a peer on another host, whose socket paths are not here,
-// is reached over the network instead. A single address is returned as
+// A shm or unix address counts only if its socket exists on this host
+// and something listens on it: that is how a peer on another host, whose
+// socket paths are not here, or one whose process died and left its
+// socket file, is reached over the network instead. A single address is returned as
 // it is.
 func SelectURI(reg *transport.Registry, uri string) string {
 	list := splitURIs(uri)
@@ -70,10 +75,24 @@ func reachableHere(reg *transport.Registry, a transport.Addr) bool {
 	return err == nil && socketHere(path)
 }
 
-// socketHere reports whether path names a Unix socket on this host.
+// socketHere reports whether path names a Unix socket on this host that
+// something listens on: a socket file a dead process left (a connect to
+// it is refused) does not count, so that its peer is reached another
+// way. The probe is one connect, closed at once, which a listener takes
+// as a peer that went away before it spoke.
 func socketHere(path string) bool {
 	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeSocket != 0
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		// Refused: nothing listens. Anything else (a full backlog)
+		// leaves the socket to the dial.
+		return !errors.Is(err, syscall.ECONNREFUSED)
+	}
+	_ = c.Close()
+	return true
 }
 
 func (in *Instance) selectURI(uri string) string {

@@ -4,6 +4,7 @@ package rpc_test
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"testing"
 
@@ -26,6 +27,15 @@ func TestSelectURI(t *testing.T) {
 	u, s := "unix://"+filepath.Join(dir, "u.sock"), "shm://"+filepath.Join(dir, "s.sock")
 	tcp := "tcp://127.0.0.1:7"
 	elsewhere := "shm://" + filepath.Join(dir, "not-here.sock") // another host's socket
+	// A socket file a dead process left: nothing listens on it.
+	stalePath := filepath.Join(dir, "stale.sock")
+	sl, err := net.ListenUnix("unix", &net.UnixAddr{Name: stalePath, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.SetUnlinkOnClose(false)
+	sl.Close()
+	stale := "shm://" + stalePath
 	tcpOnly := transport.NewRegistry(transport.NewTCP(transport.TCPOptions{}))
 	for _, tc := range []struct {
 		reg       *transport.Registry
@@ -35,6 +45,8 @@ func TestSelectURI(t *testing.T) {
 		{all, tcp + "," + u + "," + s, s},
 		{all, u + "," + tcp, u},
 		{all, tcp + "," + elsewhere, tcp},
+		{all, stale + "," + tcp, tcp},
+		{all, "unix://" + stalePath + "," + tcp, tcp},
 		{tcpOnly, s + "," + tcp, tcp},
 		{all, "bogus:x," + tcp, tcp},
 	} {
