@@ -332,12 +332,10 @@ func (c *Context) Call(ctx context.Context, ep Endpoint, op Opcode, in Input, ou
 }
 
 // ctxEnded is the error of a request whose ctx has ended before it was
-// sent (ErrTimedOut for a deadline, including one that has passed but
-// not yet fired, ErrCanceled otherwise), or nil.
+// sent (ErrTimedOut for a deadline, ErrCanceled otherwise), or nil. The
+// callers check a deadline that has passed but not yet fired themselves,
+// with the one clock reading that also bounds the request's timeout.
 func ctxEnded(ctx context.Context, op Opcode, ep Endpoint) error {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 0 {
-		return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: context.DeadlineExceeded}
-	}
 	if err := ctx.Err(); err != nil {
 		code := CodeCanceled
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -362,15 +360,15 @@ func ctxReason(err error) track.Reason {
 // it it was removed).
 func (c *Context) call(ctx context.Context, ep Endpoint, op Opcode, in Input, out Output, toRemoved bool) error {
 	timeout := c.Timeout()
-	if err := ctxEnded(ctx, op, ep); err != nil {
-		return err // nothing sent: the target never runs it
-	}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
 		if d <= 0 {
 			return &Error{Code: CodeTimedOut, Opcode: op, Endpoint: ep, Err: context.DeadlineExceeded}
 		}
 		timeout = min(timeout, d)
+	}
+	if err := ctxEnded(ctx, op, ep); err != nil {
+		return err // nothing sent: the target never runs it
 	}
 	r := getRequest(c)
 	r.mode = modeCall

@@ -115,9 +115,6 @@ func (c closedBy) Err() error {
 // deadline passed and CodeCanceled when ctx was canceled. A ctx that
 // has already ended sends nothing and returns that error.
 func (c *Context) SendContext(ctx context.Context, req Request, cb Callback) (Handle, error) {
-	if err := ctxEnded(ctx, req.Opcode, req.Endpoint); err != nil {
-		return Handle{}, err
-	}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
 		if d <= 0 {
@@ -126,6 +123,9 @@ func (c *Context) SendContext(ctx context.Context, req Request, cb Callback) (Ha
 		if req.Timeout <= 0 || d < req.Timeout {
 			req.Timeout = d
 		}
+	}
+	if err := ctxEnded(ctx, req.Opcode, req.Endpoint); err != nil {
+		return Handle{}, err
 	}
 	if ctx.Done() == nil {
 		return c.Send(req, cb)
