@@ -316,9 +316,6 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.cfg.Transports.LookupAddr(ta); err != nil {
-		return nil, err // retrying could never succeed
-	}
 	key := ta.String()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -337,6 +334,9 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 		if c := m.sessions[ea.String()]; c != nil && !c.isClosed() && !c.Policy().Lossy {
 			return c, nil
 		}
+	}
+	if _, err := m.cfg.Transports.LookupAddr(ta); err != nil {
+		return nil, err // a new connection that no retry could set up
 	}
 	// The peer's type is unknown until HELLO; the default policy applies
 	// until then (Ceph too picks the policy from the expected peer type).
