@@ -225,8 +225,9 @@ func (g *Group) Remove(ranks ...uint32) error {
 // fails with ErrExists if a rank is a member; ModRemove ignores ranks that
 // are not; ModReplace removes every member not listed and adds or
 // updates those listed; a rank listed twice fails with ErrInvalid. This
-// instance's own rank cannot be removed or re-addressed. Requests to removed ranks complete with ErrExcluded; the
-// contexts forget the connections of removed and re-addressed ranks.
+// instance's own rank cannot be removed or re-addressed. Requests to
+// removed ranks complete with ErrExcluded; the contexts forget the
+// connections of removed and re-addressed ranks.
 //
 // Every rank should see the same sequence of versions: Modify changes
 // only this instance's view; Propose changes it here and sends it to
