@@ -208,11 +208,17 @@ func checkScheme(a Addr, want string) error {
 // a connect is refused) is removed and the listen tried again, so that
 // a server restarted after a crash binds its old path; a path another
 // listener holds, or that is not a socket, fails with ErrAddrInUse (as
-// does an abstract name, "@..."). The check is not atomic: a process
-// that binds the path between the refused probe and the removal loses
-// its socket file to this one (Ceph's admin socket has the same rule),
-// so give each server its own path.
+// does an abstract name, "@..."). ListenUnix holds an exclusive
+// flock(2) on the directory while it binds, judges and replaces, so
+// ferry listeners racing for one path, in this process or others, get
+// one winner and ErrAddrInUse for the rest. A process that binds the
+// path without that lock (not ferry) between the refused probe and the
+// removal still loses its socket file to this one (Ceph's admin socket
+// has the same rule), so give each server its own path.
 func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
+	if !strings.HasPrefix(path, "@") {
+		defer lockDir(path)()
+	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "unix", path)
 	if err == nil {

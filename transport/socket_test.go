@@ -3,9 +3,12 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,5 +179,56 @@ func TestUnixListenReplacesStaleSocket(t *testing.T) {
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "keep" {
 		t.Fatalf("the regular file was touched: %q, %v", b, err)
+	}
+}
+
+// TestUnixListenStaleRace: listeners racing for one stale path get one
+// winner; the others fail with ErrAddrInUse instead of removing the
+// winner's fresh socket file and listening on a path no one can reach
+// them at.
+func TestUnixListenStaleRace(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no flock")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	const rounds, racers = 50, 4
+	for r := range rounds {
+		path := filepath.Join(dir, fmt.Sprintf("s%d.sock", r))
+		leaveStaleSocket(t, path)
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			won  []net.Listener
+			errs []error
+		)
+		start := make(chan struct{})
+		for range racers {
+			wg.Go(func() {
+				<-start
+				l, err := transport.ListenUnix(ctx, path)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				won = append(won, l)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, l := range won {
+			l.Close()
+		}
+		if len(won) != 1 {
+			t.Fatalf("round %d: %d of %d racers listen on one path (errors %v), want 1", r, len(won), racers, errs)
+		}
+		for _, err := range errs {
+			if !errors.Is(err, transport.ErrAddrInUse) {
+				t.Fatalf("round %d: a loser got %v, want ErrAddrInUse", r, err)
+			}
+		}
 	}
 }
