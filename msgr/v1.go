@@ -605,6 +605,14 @@ func (c *Conn) readLoopV1(r *socketRun, br *bufio.Reader) error {
 		if br.Buffered() < n {
 			c.flushLeft(r)
 		}
+		if m.budget.pressure() {
+			// As frameReader.step: a peer that does not read its replies
+			// is not read from while its connection holds more than its
+			// share of the send budget (budget.go).
+			if err := c.pauseIfOverShare(r); err != nil {
+				return err
+			}
+		}
 		var buf []byte
 		var held int64
 		var recvStamp, throttleStamp time.Time
