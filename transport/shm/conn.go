@@ -97,7 +97,12 @@ type Conn struct {
 	sock *net.UnixConn // kept open to notice the peer's death
 	pid  int           // the peer's process ID (SO_PEERCRED); 0 if not known
 	own  *os.File      // this side's eventfd, read through the netpoller
-	peer *os.File      // the peer's eventfd, written to wake it
+	peer int           // the peer's eventfd, written (never waited on) to wake it
+
+	// ownRaw writes kickBuf to own without waiting: kick is built once so
+	// that a broadcast allocates nothing.
+	ownRaw syscall.RawConn
+	kick   func(fd uintptr) bool
 
 	readMu  sync.Mutex // serialises Reads; held by Close before unmapping
 	writeMu sync.Mutex // serialises Writes; likewise
@@ -146,10 +151,15 @@ func newConn(side int, mem []byte, ring uint64, sock *net.UnixConn, ownFD, peerF
 		myRoom:     word(mem, offWakeRoom+64*side),
 		peerRoom:   word(mem, offWakeRoom+64*other),
 		own:        os.NewFile(uintptr(ownFD), "shm-eventfd"),
-		peer:       os.NewFile(uintptr(peerFD), "shm-eventfd-peer"),
+		peer:       peerFD,
 	}
 	binary.NativeEndian.PutUint64(c.wakeBuf[:], 1) // eventfd counters are host-endian
 	c.kickBuf = c.wakeBuf
+	c.ownRaw, _ = c.own.SyscallConn() // an *os.File's never fails
+	c.kick = func(fd uintptr) bool {
+		signal(int(fd), c.kickBuf[:])
+		return true // done, whatever the write did: never wait for room
+	}
 	if pid, err := transport.SocketPeerPID(sock); err == nil {
 		c.pid = pid
 	}
@@ -200,9 +210,40 @@ func (c *Conn) monitor() {
 func (c *Conn) release() {
 	c.sock.Close()
 	c.own.Close()
-	c.peer.Close()
+	unix.Close(c.peer)
 	unix.Munmap(c.mem)
 	c.mem = nil
+}
+
+// signal adds one to the eventfd fd without waiting for room: a full
+// counter gives EAGAIN, and a full counter is readable, so the wake-up
+// the write was for is pending already. Other errors mean the peer is
+// gone, which the monitor reports.
+func signal(fd int, one []byte) {
+	for {
+		if _, err := unix.Write(fd, one); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// signalPeer writes the peer's eventfd to wake it, unless the peer has
+// made that descriptor blocking (it shares the open file, and so its
+// flags): a write then could wait on the peer for ever, holding writeMu
+// or readMu past every deadline, and Close with them. Such a peer is
+// treated as lost. A peer that flips the flag between the check and the
+// write can still stall this side's write for as long as it keeps its
+// counter full; closing that gap needs a doorbell the peer shares no
+// open file of (a socket written with MSG_DONTWAIT).
+func (c *Conn) signalPeer() {
+	fl, err := unix.FcntlInt(uintptr(c.peer), unix.F_GETFL, 0)
+	if err != nil || fl&unix.O_NONBLOCK == 0 {
+		if !c.broken.Swap(true) {
+			c.broadcast()
+		}
+		return
+	}
+	signal(c.peer, c.wakeBuf[:])
 }
 
 // broadcast wakes every local waiter: those waiting on the channel, and
@@ -216,7 +257,7 @@ func (c *Conn) broadcast() {
 	}
 	c.mu.Unlock()
 	if c.polling.Load() {
-		c.own.Write(c.kickBuf[:]) // fails only once closed, when the poller has returned
+		_ = c.ownRaw.Write(c.kick) // fails only once closed, when the poller has returned
 	}
 }
 
@@ -231,7 +272,7 @@ func (c *Conn) broadcast() {
 // a 1 MiB message: an eventfd write here, a wake-up there).
 func (c *Conn) notify(flag *atomic.Uint64) {
 	if flag.Load() != 0 && flag.Swap(0) != 0 {
-		c.peer.Write(c.wakeBuf[:]) // an error means the peer is gone, which the monitor reports
+		c.signalPeer()
 	}
 }
 
@@ -663,11 +704,11 @@ func (c *Conn) Close() error {
 	c.readMu.Lock()
 	c.writeMu.Lock()
 	publish(c.myClosed, 1)
-	c.peer.Write(c.wakeBuf[:])
+	c.signalPeer()
 	c.sock.Close() // after the flag: the peer's monitor sees a clean close
 	c.own.Close()
 	c.done.Wait()
-	c.peer.Close()
+	unix.Close(c.peer)
 	err := unix.Munmap(c.mem)
 	c.mem = nil
 	c.writeMu.Unlock()

@@ -454,6 +454,9 @@ func (l *listener) handshake(sock *net.UnixConn) (*Conn, uint32, error) {
 		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFREG || st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return nil, 0, fmt.Errorf("%w: descriptor %d is not an eventfd", ErrHandshake, fd)
 		}
+		if !isEventfd(fd) {
+			return nil, 0, fmt.Errorf("%w: descriptor %d is not an eventfd", ErrHandshake, fd)
+		}
 		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 		if err != nil || fl&unix.O_NONBLOCK == 0 {
 			return nil, 0, fmt.Errorf("%w: eventfd is blocking", ErrHandshake)
@@ -510,3 +513,12 @@ func (e *wrapError) Timeout() bool {
 func (e *wrapError) Temporary() bool { return false }
 
 func wrap(sentinel, err error) error { return &wrapError{sentinel: sentinel, err: err} }
+
+// isEventfd reports whether fd is an eventfd, as /proc names it. Where
+// /proc cannot say (not mounted) it answers true and leaves the judging
+// to the checks beside it: no write ever waits on the peer's descriptor
+// (signal), so a pipe in an eventfd's place slows only its sender.
+func isEventfd(fd int) bool {
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	return err != nil || target == "anon_inode:[eventfd]"
+}
