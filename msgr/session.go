@@ -356,6 +356,10 @@ func handshake(m *Messenger, nc net.Conn, br *bufio.Reader, e *msgr2.Engine, han
 	if m.cfg.HandshakeTimeout > 0 {
 		_ = nc.SetDeadline(time.Now().Add(m.cfg.HandshakeTimeout))
 	}
+	// Shutdown ends the handshake at once rather than at its timeout:
+	// it cannot close a socket no Conn holds yet.
+	stop := context.AfterFunc(m.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	e.Start()
 	if _, err := nc.Write(e.Output()); err != nil {
 		return nil, err
