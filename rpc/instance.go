@@ -430,6 +430,12 @@ func (d *dispatcher) HandleReset(c *msgr.Conn) { d.in.connFailed(c) }
 // be set up.
 func (d *dispatcher) HandleRefused(c *msgr.Conn) { d.in.connFailed(c) }
 
+// HandleRemoteReset fails the requests sent on a lossless connection
+// whose peer restarted (a new incarnation reset the session): the
+// messenger dropped them with the session, so no reply can come. What
+// the old incarnation held is released as for a failed connection.
+func (d *dispatcher) HandleRemoteReset(c *msgr.Conn) { d.in.connFailed(c) }
+
 func (in *Instance) connFailed(conn *msgr.Conn) {
 	if !in.life.TryRLock() {
 		return
