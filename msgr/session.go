@@ -336,9 +336,9 @@ func (c *Conn) clientEvent(e *msgr2.Engine, ev *msgr2.Event) (*Conn, error) {
 		c.mu.Lock()
 		if p.Lossy() && !c.policy.Lossy {
 			// The server runs this session lossy: so do we, as Ceph's
-			// client does, or we would replay into fresh sessions.
+			// client does (it only sets policy.lossy). What is queued
+			// still goes out; the next fault ends the session.
 			c.policy.Lossy = true
-			c.resetSessionLocked()
 		}
 		c.serverCookie = p.Cookie
 		c.peerGlobalSeq = p.GlobalSeq

@@ -205,9 +205,9 @@ func (c *Conn) clientEventV1(e *msgr1.Engine, ev *msgr1.Event) (*Conn, error) {
 		c.mu.Lock()
 		if p.Lossy && !c.policy.Lossy {
 			// The server runs this session lossy: so do we, as Ceph's
-			// client does.
+			// client does (it only sets policy.lossy): what is queued
+			// still goes out.
 			c.policy.Lossy = true
-			c.resetSessionLocked()
 		}
 		c.discardAckedLocked(ev.Seq)
 		c.connectSeq = uint64(p.ConnectSeq)
