@@ -13,8 +13,12 @@ type Policy struct {
 	// Standby: when a lossless connection fails with nothing to send, stay
 	// idle until there is.
 	Standby bool
-	// ResetCheck: detect that the peer reset its session and tell the
-	// dispatchers (HandleRemoteReset).
+	// ResetCheck: detect that the peer reset its session (it restarted),
+	// drop what the session held for the old incarnation and tell the
+	// dispatchers (HandleRemoteReset). Without it, as in Ceph, the
+	// session goes on with the new incarnation: what was queued or sent
+	// and not acknowledged is delivered to it, so a peer must tell stale
+	// messages apart itself (Ceph's OSDs do by map epoch).
 	ResetCheck bool
 	// RegisterLossyClients: keep one registered connection per lossy
 	// client address, so a newer connection replaces an older one.
@@ -52,7 +56,8 @@ func StatelessServer() Policy {
 }
 
 // LosslessPeer is Ceph's lossless_peer: both sides reconnect; standby when
-// idle; no reset detection.
+// idle; no reset detection (a restarted peer receives what its old
+// incarnation had not acknowledged; see Policy.ResetCheck).
 func LosslessPeer() Policy {
 	return Policy{Standby: true, RegisterLossyClients: true}
 }

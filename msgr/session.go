@@ -594,11 +594,12 @@ func (m *Messenger) onClientIdent(e *msgr2.Engine, nc net.Conn, run **socketRun)
 	}
 	m.log.Debug("client ident", "peer", key, "action", act.String(), "conn", c.id, "exists", st.Exists, "open", st.Open, "outgoing", st.Outgoing)
 	c.mu.Lock()
-	if act == msgr2.IdentReset {
+	if act == msgr2.IdentReset && p.ResetCheck {
 		c.resetSessionLocked()
-	}
-	if act == msgr2.IdentReuse {
+	} else if act == msgr2.IdentReset || act == msgr2.IdentReuse {
 		// The client starts its numbering of received messages over.
+		// Without ResetCheck a peer that restarted keeps the session
+		// and what is queued for it, as Ceph's lossless_peer does.
 		c.inSeq.Store(0)
 	}
 	c.policy = p
