@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,6 +336,15 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 			return c, nil
 		}
 	}
+	if ta.Scheme == "tcp" && ta.Nonce == 0 {
+		// An address without a nonce (a listen URI, "tcp://IP:PORT")
+		// names whichever instance listens there: a lossless session
+		// with it, the peer's own included, serves, rather than a second
+		// connection that the peer would take for a restart of ours.
+		if c := m.sessionAtLocked("v2:" + ta.Host + "/"); c != nil {
+			return c, nil
+		}
+	}
 	if _, err := m.cfg.Transports.LookupAddr(ta); err != nil {
 		return nil, err // a new connection that no retry could set up
 	}
@@ -360,6 +370,23 @@ func (m *Messenger) connect(addr string, peer msg.EntityType) (*Conn, error) {
 	m.wg.Add(1)
 	go c.runOutgoing()
 	return c, nil
+}
+
+// sessionAtLocked returns the one lossless session, not closed, whose
+// peer address starts with prefix ("v2:IP:PORT/", any nonce), preferring
+// an open one when the peer's earlier incarnation left another; nil if
+// there is none. Called with m.mu held.
+func (m *Messenger) sessionAtLocked(prefix string) *Conn {
+	var found *Conn
+	for k, c := range m.sessions {
+		if !strings.HasPrefix(k, prefix) || c.isClosed() || c.Policy().Lossy {
+			continue
+		}
+		if found == nil || c.State() == "open" {
+			found = c
+		}
+	}
+	return found
 }
 
 // registerOutgoingSession files an outgoing connection under the address

@@ -103,11 +103,6 @@ func DecideIdent(ex SessionState, ci *ClientIdent) IdentAction {
 		return IdentClose
 	case ex.Lossy:
 		return IdentReplace
-	case ex.Outgoing && ex.Open:
-		// We are the client of an established session with this very
-		// peer instance (same address and nonce): its new connection is
-		// the loser of a race that our session already won.
-		return IdentWait
 	case ex.ClientCookie != 0 && ex.ClientCookie != ci.ClientCookie && ex.ServerCookie != 0:
 		return IdentReset
 	case ex.ClientCookie == ci.ClientCookie:

@@ -72,10 +72,10 @@ func TestDecideIdent(t *testing.T) {
 			c.ClientCookie = 8
 			s.PeerAddr, s.MyAddr, s.Server = hi, lo, true
 		}, IdentReuse},
-		{"race lost by the peer: our outgoing session is open", func(s *SessionState, c *ClientIdent) {
+		{"our outgoing session is open and the peer dials anew: it reset (Ceph's order)", func(s *SessionState, c *ClientIdent) {
 			s.Outgoing, s.Open = true, true
 			c.ClientCookie = 8
-		}, IdentWait},
+		}, IdentReset},
 	}
 	for _, tc := range cases {
 		s, c := base, ci
