@@ -911,18 +911,26 @@ func (in *Instance) putTarget(conn *msgr.Conn, h *wire.BulkHeader, n int) (*Bulk
 	return b, CodeOK
 }
 
-// UnplaceData: a placed chunk will not arrive.
+// UnplaceData: a placed chunk will not arrive on this socket. On a
+// lossless session that goes on (Options.Messenger) the chunk is
+// replayed on the next socket and placed again, so the transfer waits
+// for it; otherwise the chunk is lost with its connection.
 func (d *dispatcher) UnplaceData(conn *msgr.Conn, mh *msg.Header) {
 	if mh.Type != wire.TypeBulk {
 		return
 	}
-	d.in.settlePlaced(conn, &Error{Code: CodeUnreachable, Msg: "bulk chunk lost with its connection"})
+	var err error = &Error{Code: CodeUnreachable, Msg: "bulk chunk lost with its connection"}
+	if conn != nil && !conn.Policy().Lossy && conn.State() != "closed" {
+		err = nil
+	}
+	d.in.settlePlaced(conn, err)
 }
 
 // settlePlaced ends the placement of the chunk conn's reader was reading
 // straight into a registered buffer, if any, when it will not be
 // dispatched: a PUT chunk's write ends; a GET's transfer fails with err
-// (or finishes, if it had ended already).
+// (or finishes, if it had ended already); with err nil it goes on,
+// waiting for the chunk to come again.
 func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
 	b, t := in.peerOf(conn).takePlaced()
 	if b != nil {
@@ -932,7 +940,7 @@ func (in *Instance) settlePlaced(conn *msgr.Conn, err error) {
 		c := t.c
 		c.bmu.Lock()
 		fin := c.unplaceLocked(t)
-		if t.state == xActive {
+		if t.state == xActive && err != nil {
 			fin = joinFin(fin, c.failLocked(t, err))
 		}
 		c.bmu.Unlock()
