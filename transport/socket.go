@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -34,6 +35,10 @@ type TCPOptions struct {
 	// same-rack links (BENCHMARKS.md). Dial and Listen fail with
 	// ErrBadConfig for an algorithm the kernel does not offer.
 	Congestion string
+	// LocalAddr is the source IP address of dialed connections (as
+	// Ceph's ms_bind_before_connect binds to the public address); the
+	// zero Addr lets the kernel choose.
+	LocalAddr netip.Addr
 }
 
 func (o TCPOptions) validate() error {
@@ -89,6 +94,9 @@ func (t *TCP) Dial(ctx context.Context, a Addr) (Conn, error) {
 		return nil, err
 	}
 	d := net.Dialer{KeepAlive: t.opts.KeepAlive, Control: t.control}
+	if t.opts.LocalAddr.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(t.opts.LocalAddr, 0))
+	}
 	c, err := d.DialContext(ctx, "tcp", a.Host)
 	if err != nil {
 		if errors.Is(err, ErrBadConfig) || errors.Is(err, ErrUnsupported) {

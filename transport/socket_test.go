@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -230,5 +231,33 @@ func TestUnixListenStaleRace(t *testing.T) {
 				t.Fatalf("round %d: a loser got %v, want ErrAddrInUse", r, err)
 			}
 		}
+	}
+}
+
+// TestTCPLocalAddr: TCPOptions.LocalAddr is the source address of dialed
+// connections, as the listener sees it.
+func TestTCPLocalAddr(t *testing.T) {
+	tr := transport.NewTCP(transport.TCPOptions{LocalAddr: netip.MustParseAddr("127.0.0.2")})
+	ln := transporttest.Listen(t, transport.NewTCP(transport.TCPOptions{}), "tcp://127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got := make(chan net.Addr, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		got <- c.RemoteAddr()
+		c.Close()
+	}()
+	c, err := tr.Dial(ctx, ln.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ra, _ := (<-got).(*net.TCPAddr)
+	if ra == nil || !ra.IP.Equal(net.ParseIP("127.0.0.2")) {
+		t.Fatalf("the listener saw the dialer at %v, want 127.0.0.2", ra)
 	}
 }
