@@ -66,12 +66,15 @@ type Config struct {
 	// HandshakeTimeout bounds connection setup; default 10 s.
 	HandshakeTimeout time.Duration
 	// MaxHandshakes bounds the incoming connections in their handshake
-	// at once; default 512. At the bound a new connection evicts the
-	// handshake that has received nothing for longest, if for at least
-	// HandshakeIdleEvict (default 1 s); otherwise it waits, in arrival
-	// order, for a slot (at most HandshakeTimeout), holding only its
-	// socket. So idle or slow peers cannot lock honest clients out, and
-	// a burst of clients queues rather than being refused. Before it is
+	// at once; default 512. At the bound a new connection waits for a
+	// slot (at most HandshakeTimeout), holding only its socket, and
+	// slots go first to the sources (IP addresses, IPv6 /64s) holding
+	// the fewest. A waiter evicts the handshake that has received
+	// nothing for longest, if for at least HandshakeIdleEvict (default
+	// 1 s), or one of a source holding at least two slots more than its
+	// own. So idle peers, and a peer that fills every slot with
+	// handshakes trickling bytes, cannot lock honest clients out, and a
+	// burst of clients queues rather than being refused. Before it is
 	// authenticated a peer makes the messenger hold at most its read
 	// buffer (64 KiB, allocated once it has a slot) and Limits.MaxPreAuth.
 	MaxHandshakes      int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,18 +17,31 @@ import (
 var ErrHandshakeEvicted = errors.New("msgr: idle handshake evicted")
 
 // hsGate bounds the incoming connections in their handshake (accepted,
-// not yet attached to a session). At the bound a newcomer evicts the
-// handshake that has been idle (received nothing) the longest, if it has
-// been idle at least evictIdle, and takes its slot; otherwise it waits
-// for a slot. Waiters are served newest first: the connections that have
-// waited longest are the likeliest to be idle ones piled up by a flood,
-// and the newest the likeliest to be a client still there; a burst of
-// honest clients drains all the same, each within its handshake timeout.
-// The newest waiter also evicts idle handshakes as they become
-// evictable. At most 4×max sockets wait; beyond that the one waiting
-// longest is dropped. Waiting holds only the socket: nothing is read or
-// allocated for a connection before it has a slot. So idle connections
-// lock no honest client out for longer than about evictIdle.
+// not yet attached to a session), and shares the slots fairly among the
+// sources they come from (an IPv4 address, an IPv6 /64; every local
+// socket is one source).
+//
+// Under the bound a connection takes a slot at once. At the bound it
+// waits, holding only its socket: nothing is read or allocated for a
+// connection before it has a slot. A slot that frees up, or that can be
+// made free, goes to the waiter whose source holds the fewest slots,
+// the newest of those first: the connections that have waited longest
+// are the likeliest to be idle ones piled up by a flood, and the newest
+// the likeliest to be a client still there. A slot is made free for
+// that waiter by evicting
+//   - the handshake that has received nothing for longest, if for at
+//     least evictIdle, from any source; or else
+//   - a handshake of a source that holds at least two slots more than
+//     the waiter's, once it has run for evictGrace: the one of the
+//     source holding most, the oldest first.
+//
+// So idle connections lock no honest client out for longer than about
+// evictIdle, and a source that keeps every slot busy with handshakes
+// that trickle bytes (never idle, never done) loses a slot to each
+// waiter from another source, while clients of one source, a burst or
+// a host's many connections, only ever queue behind each other. At most
+// 4×max sockets wait; beyond that the oldest waiter of the source with
+// the most waiters is dropped.
 type hsGate struct {
 	max       int
 	evictIdle time.Duration
@@ -35,13 +49,21 @@ type hsGate struct {
 
 	mu       sync.Mutex
 	active   map[*hsEntry]struct{}
-	reserved int         // slots granted to waiters not yet awake
-	waiters  []*hsWaiter // oldest first; served from the end
+	held     map[string]int // slots held (active or granted) by source
+	reserved int            // slots granted to waiters not yet awake
+	waiters  []*hsWaiter    // oldest first
 }
+
+// evictGrace is how long a handshake of a source holding more than its
+// share of the slots may run before a waiter from another source may
+// evict it: an honest handshake is done in a few round trips.
+const evictGrace = 100 * time.Millisecond
 
 // hsEntry is one handshake holding a slot.
 type hsEntry struct {
 	nc      net.Conn
+	src     string
+	start   int64        // unix ns when it took its slot
 	last    atomic.Int64 // unix ns of the last byte received
 	evicted atomic.Bool
 }
@@ -49,13 +71,15 @@ type hsEntry struct {
 // hsWaiter is a connection waiting for a slot; granted and dropped are
 // guarded by hsGate.mu.
 type hsWaiter struct {
-	wake    chan struct{} // buffered: a state change or a turn at the top
+	wake    chan struct{} // buffered: a state change
+	src     string
 	granted bool
 	dropped bool
 }
 
 func newHSGate(max int, evictIdle time.Duration, clock Clock) *hsGate {
-	return &hsGate{max: max, evictIdle: evictIdle, clock: clock, active: make(map[*hsEntry]struct{})}
+	return &hsGate{max: max, evictIdle: evictIdle, clock: clock,
+		active: make(map[*hsEntry]struct{}), held: make(map[string]int)}
 }
 
 func (w *hsWaiter) signal() {
@@ -65,47 +89,49 @@ func (w *hsWaiter) signal() {
 	}
 }
 
+// sourceOf names the source a connection comes from, for the gate's
+// fair share: an IPv4 address, an IPv6 /64 (what one host or site is
+// given), "local" for the rest.
+func sourceOf(nc net.Conn) string {
+	ta, ok := nc.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return "local"
+	}
+	ip, ok := netip.AddrFromSlice(ta.IP)
+	if !ok {
+		return "local"
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
+}
+
 // admit waits for a slot for nc until ctx ends and returns its entry.
 func (g *hsGate) admit(ctx context.Context, nc net.Conn) (*hsEntry, error) {
-	e := &hsEntry{nc: nc}
-	e.last.Store(g.clock.Now().UnixNano())
+	now := g.clock.Now().UnixNano()
+	e := &hsEntry{nc: nc, src: sourceOf(nc), start: now}
+	e.last.Store(now)
 	g.mu.Lock()
 	if len(g.active)+g.reserved < g.max && len(g.waiters) == 0 {
-		g.active[e] = struct{}{}
+		g.held[e.src]++
+		g.addLocked(e, now)
 		g.mu.Unlock()
 		return e, nil
 	}
-	wait := g.evictLocked(g.clock.Now())
-	if wait == 0 {
-		g.active[e] = struct{}{}
-		g.mu.Unlock()
-		return e, nil
-	}
-	if len(g.waiters) >= 4*g.max {
-		old := g.waiters[0]
-		g.waiters = g.waiters[1:]
-		old.dropped = true
-		old.signal()
-	}
-	w := &hsWaiter{wake: make(chan struct{}, 1)}
+	w := &hsWaiter{wake: make(chan struct{}, 1), src: e.src}
 	g.waiters = append(g.waiters, w)
-	g.mu.Unlock()
+	if len(g.waiters) > 4*g.max {
+		g.dropLocked()
+	}
 	for {
-		if wait <= 0 {
-			wait = g.evictIdle
-		}
-		t := g.clock.NewTimer(wait)
-		select {
-		case <-w.wake:
-		case <-t.C():
-		case <-ctx.Done():
-		}
-		t.Stop()
-		g.mu.Lock()
+		wait := g.fillLocked(g.clock.Now().UnixNano(), w)
 		switch {
 		case w.granted:
 			g.reserved--
-			g.active[e] = struct{}{}
+			g.addLocked(e, g.clock.Now().UnixNano())
 			g.mu.Unlock()
 			return e, nil
 		case w.dropped:
@@ -115,29 +141,130 @@ func (g *hsGate) admit(ctx context.Context, nc net.Conn) (*hsEntry, error) {
 			g.removeWaiterLocked(w)
 			g.mu.Unlock()
 			return nil, ErrHandshakeTimeout
-		case g.waiters[len(g.waiters)-1] == w:
-			// The newest waiter: take a free slot, or evict an idle
-			// handshake if there is one by now.
-			if len(g.active)+g.reserved < g.max {
-				wait = 0
-			} else {
-				wait = g.evictLocked(g.clock.Now())
-			}
-			if wait == 0 {
-				g.removeWaiterLocked(w)
-				g.active[e] = struct{}{}
-				g.mu.Unlock()
-				return e, nil
-			}
-		default:
-			wait = g.evictIdle
 		}
 		g.mu.Unlock()
+		t := g.clock.NewTimer(wait)
+		select {
+		case <-w.wake:
+		case <-t.C():
+		case <-ctx.Done():
+		}
+		t.Stop()
+		g.mu.Lock()
 	}
 }
 
-// removeWaiterLocked takes w out of the queue and lets the new newest
-// waiter look for a slot.
+// addLocked gives e the slot counted for it in held.
+func (g *hsGate) addLocked(e *hsEntry, now int64) {
+	e.start = now
+	g.active[e] = struct{}{}
+}
+
+// fillLocked hands out the slots that are free or can be made free to
+// the best waiters, and returns how long the waiter self should sleep
+// before it looks again: until the next handshake becomes evictable for
+// it, if it is the best waiter, else evictIdle.
+func (g *hsGate) fillLocked(now int64, self *hsWaiter) time.Duration {
+	for len(g.waiters) > 0 {
+		w, i := g.bestWaiterLocked()
+		if len(g.active)+g.reserved >= g.max {
+			if wait := g.evictForLocked(now, w); wait > 0 {
+				if w == self {
+					return wait
+				}
+				return g.evictIdle
+			}
+		}
+		g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+		w.granted = true
+		g.reserved++
+		g.held[w.src]++
+		w.signal()
+	}
+	return g.evictIdle
+}
+
+// bestWaiterLocked returns the waiter whose source holds the fewest
+// slots, the newest of those, and its index.
+func (g *hsGate) bestWaiterLocked() (*hsWaiter, int) {
+	bi := len(g.waiters) - 1
+	best := g.held[g.waiters[bi].src]
+	for i := bi - 1; i >= 0 && best > 0; i-- {
+		if h := g.held[g.waiters[i].src]; h < best {
+			bi, best = i, h
+		}
+	}
+	return g.waiters[bi], bi
+}
+
+// evictForLocked makes a slot free for w by evicting a handshake (see
+// hsGate) and returns 0, or returns how long until one becomes
+// evictable for w.
+func (g *hsGate) evictForLocked(now int64, w *hsWaiter) time.Duration {
+	mine := g.held[w.src]
+	var idlest, heavy *hsEntry
+	wait := g.evictIdle
+	for e := range g.active {
+		if idlest == nil || e.last.Load() < idlest.last.Load() {
+			idlest = e
+		}
+		if h := g.held[e.src]; h >= mine+2 {
+			age := time.Duration(now - e.start)
+			if age < evictGrace {
+				wait = min(wait, evictGrace-age)
+				continue
+			}
+			if heavy == nil || h > g.held[heavy.src] || h == g.held[heavy.src] && e.start < heavy.start {
+				heavy = e
+			}
+		}
+	}
+	victim := heavy
+	if idlest != nil {
+		if idle := time.Duration(now - idlest.last.Load()); idle >= g.evictIdle {
+			victim = idlest
+		} else {
+			wait = min(wait, g.evictIdle-idle)
+		}
+	}
+	if victim == nil {
+		return max(wait, time.Millisecond)
+	}
+	g.removeLocked(victim)
+	victim.evicted.Store(true)
+	_ = victim.nc.Close()
+	return 0
+}
+
+// removeLocked takes e's slot away from it.
+func (g *hsGate) removeLocked(e *hsEntry) {
+	delete(g.active, e)
+	if g.held[e.src]--; g.held[e.src] <= 0 {
+		delete(g.held, e.src)
+	}
+}
+
+// dropLocked drops the oldest waiter of the source with the most
+// waiters (the queue is full).
+func (g *hsGate) dropLocked() {
+	n := map[string]int{}
+	top := ""
+	for _, w := range g.waiters {
+		if n[w.src]++; n[w.src] > n[top] {
+			top = w.src
+		}
+	}
+	for i, w := range g.waiters {
+		if w.src == top {
+			g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+			w.dropped = true
+			w.signal()
+			return
+		}
+	}
+}
+
+// removeWaiterLocked takes w out of the queue.
 func (g *hsGate) removeWaiterLocked(w *hsWaiter) {
 	for i, x := range g.waiters {
 		if x == w {
@@ -145,50 +272,18 @@ func (g *hsGate) removeWaiterLocked(w *hsWaiter) {
 			break
 		}
 	}
-	if n := len(g.waiters); n > 0 {
-		g.waiters[n-1].signal()
-	}
 }
 
-// evictLocked closes the longest-idle handshake if it has been idle at
-// least evictIdle and returns 0; otherwise it returns how long until the
-// longest-idle one becomes evictable (or -1 if none is active).
-func (g *hsGate) evictLocked(now time.Time) time.Duration {
-	var oldest *hsEntry
-	for e := range g.active {
-		if oldest == nil || e.last.Load() < oldest.last.Load() {
-			oldest = e
-		}
-	}
-	if oldest == nil {
-		return -1
-	}
-	idle := time.Duration(now.UnixNano() - oldest.last.Load())
-	if idle < g.evictIdle {
-		return g.evictIdle - idle
-	}
-	delete(g.active, oldest)
-	oldest.evicted.Store(true)
-	_ = oldest.nc.Close()
-	return 0
-}
-
-// release gives e's slot up (the handshake ended either way): to the
-// newest waiter if any.
+// release gives e's slot up (the handshake ended either way), to the
+// best waiter if any.
 func (g *hsGate) release(e *hsEntry) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.active[e]; !ok {
-		return // evicted: its slot went to the evictor
+		return // evicted: its slot went to the evictor's waiter
 	}
-	delete(g.active, e)
-	if n := len(g.waiters); n > 0 {
-		w := g.waiters[n-1]
-		g.waiters = g.waiters[:n-1]
-		w.granted = true
-		g.reserved++
-		w.signal()
-	}
+	g.removeLocked(e)
+	g.fillLocked(g.clock.Now().UnixNano(), nil)
 }
 
 // handshaking returns how many handshakes hold a slot.
