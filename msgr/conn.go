@@ -283,8 +283,10 @@ func (c *Conn) isClosed() bool {
 // must not touch m or its buffers afterwards. A lossless session keeps m
 // until the peer has acknowledged it; once the messenger no longer needs
 // m (written on a lossy session, acknowledged on a lossless one, or
-// dropped) it calls m.Done, so a received message can be sent on as is
-// and its pooled buffers are recycled. Send fails with ErrClosed (wrapping the reason) once
+// dropped from the queue unwritten) it calls m.Done, so a received
+// message can be sent on as is and its pooled buffers are recycled; a
+// written message a reset or close drops while a writer may still hold
+// it is left to the garbage collector. Send fails with ErrClosed (wrapping the reason) once
 // the connection has closed, with ErrTooLarge if m exceeds the limits, and
 // with ErrOutQueueFull if the out queue is at its bound.
 func (c *Conn) Send(m *msg.Message) error {
@@ -656,7 +658,9 @@ func (c *Conn) discardAckedLocked(upTo uint64) {
 // sent and requeued messages are dropped and numbering restarts.
 func (c *Conn) resetSessionLocked() {
 	c.m.log.Debug("session reset", "conn", c.id, "queued", c.outq.n, "replay", len(c.replay), "sent", len(c.sent), "out_seq", c.outSeq)
-	c.outq.drain()
+	for _, mm := range c.outq.drain() {
+		mm.Done() // never handed to a writer
+	}
 	clear(c.replay)
 	clear(c.sent)
 	c.replay, c.sent = c.replay[:0], c.sent[:0]

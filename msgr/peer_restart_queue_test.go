@@ -1,6 +1,7 @@
 package msgr_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -8,21 +9,31 @@ import (
 	"github.com/ferrymsg/ferry/msgr"
 )
 
-// TestLosslessPeerRestartKeepsQueue: osd.1 (a) and osd.2 (b) run
-// lossless_peer; a opened the session. a goes away; b sends x meanwhile
-// (its redial is refused, then backs off). a restarts (same address and
-// nonce, a new session cookie) and connects to b before b retries. b's
-// x must either reach the new a (Ceph's lossless_peer keeps the session's
-// queue when the peer resets without resetcheck) or b's dispatchers must
-// hear of a reset: it may not just vanish.
+// TestLosslessPeerRestartKeepsQueue: osd.1 (a) and osd.2 (b); a opened
+// the session. a goes away; b sends x meanwhile (its redial is refused,
+// then backs off). a restarts (same address and nonce, a new session
+// cookie) and connects to b before b retries. Under lossless_peer x
+// reaches the new a (Ceph keeps the session's queue when the peer
+// resets without resetcheck); under lossless_peer_reuse the session is
+// reset, b hears a remote reset and x's buffers are released. x never
+// just vanishes.
 func TestLosslessPeerRestartKeepsQueue(t *testing.T) {
+	for _, pc := range []struct {
+		name string
+		p    msgr.Policy
+	}{{"lossless-peer", msgr.LosslessPeer()}, {"lossless-peer-reuse", msgr.LosslessPeerReuse()}} {
+		t.Run(pc.name, func(t *testing.T) { testPeerRestartQueue(t, pc.p) })
+	}
+}
+
+func testPeerRestartQueue(t *testing.T, p msgr.Policy) {
 	mk := func(num int64, nonce uint32, bind string, backoff time.Duration, chk *seqChecker, ev *events) *msgr.Messenger {
 		m, err := msgr.New(msgr.Config{Name: msg.EntityName{Type: msg.EntityOSD, Num: num}, Nonce: nonce, Logger: failureLogs(t),
 			InitialBackoff: backoff, MaxBackoff: backoff})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.SetDefaultPolicy(msgr.LosslessPeer())
+		m.SetDefaultPolicy(p)
 		if ev != nil {
 			m.AddDispatcherHead(ev)
 		}
@@ -56,7 +67,10 @@ func TestLosslessPeerRestartKeepsQueue(t *testing.T) {
 	}
 	a.Shutdown()
 	waitFor(t, "b's session idle", 5*time.Second, func() bool { return ba.State() != "open" })
-	if err := ba.Send(counterMsg(0, 8)); err != nil { // x
+	x := counterMsg(0, 8)
+	var released atomic.Int32
+	x.Release = func(*msg.Message) { released.Add(1) }
+	if err := ba.Send(x); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // b's redial is refused; it now waits 3 s
@@ -74,5 +88,16 @@ func TestLosslessPeerRestartKeepsQueue(t *testing.T) {
 				atA2.got.Load(), evB.remoteReset.Load(), evB.reset.Load(), ba.State(), ba.QueuedBytes())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if p.ResetCheck {
+		// The reset dropped x unwritten, told b, and gave x's buffers
+		// back.
+		waitFor(t, "x released", 5*time.Second, func() bool { return released.Load() == 1 })
+		if evB.remoteReset.Load() != 1 || atA2.got.Load() != 0 {
+			t.Errorf("with ResetCheck: %d remote resets, a2 got %d messages; want 1 and 0", evB.remoteReset.Load(), atA2.got.Load())
+		}
+	} else {
+		// The session went on with the new a: x reached it.
+		waitFor(t, "x at a2", 5*time.Second, func() bool { return atA2.got.Load() == 1 })
 	}
 }
